@@ -1,0 +1,28 @@
+"""Shared fixtures: run kernel tests on every instruction set this CPU has."""
+import numpy as np
+import pytest
+
+import pyrope
+
+
+@pytest.fixture(params=pyrope.supported_isas())
+def isa(request):
+    """Each test using this fixture runs once per supported kernel (scalar, avx2)."""
+    with pyrope.forced_isa(request.param):
+        yield request.param
+
+
+@pytest.fixture
+def rng():
+    """A seeded generator, so every failure reproduces."""
+    return np.random.default_rng(20261129)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Report the largest kernel-vs-reference errors the run saw."""
+    from tolerance import EPS32, WORST
+    if WORST:
+        terminalreporter.section("largest kernel-vs-reference errors")
+        for (isa, layout), rel in sorted(WORST.items()):
+            terminalreporter.write_line(
+                f"{isa:6s} {layout:11s}: {rel:.3g} x (|x0|+|x1|) = {rel / EPS32:.3f} float32 eps")
