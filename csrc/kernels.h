@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "pyrope.h"
+
 /* Rotate one head vector: pairs 0..half-1 of x into y (y may equal x).
  * cos/sin hold half entries; inverse rotates by minus the angle. */
 typedef void (*rope_row_f32_fn)(const float *x, float *y,
@@ -35,5 +37,23 @@ void rope_row_interleaved_f32_avx2(const float *x, float *y, const float *cos,
 void rope_row_split_half_f32_avx2(const float *x, float *y, const float *cos,
                                   const float *sin, int64_t half, int inverse);
 #endif
+
+/* The kernels one instruction set provides. */
+typedef struct {
+    rope_row_f32_fn row_f32[2];   /* indexed by layout */
+    rope_table_f32_fn table_f32;
+} rope_kernels;
+
+/* Kernels of the instruction set chosen now (dispatch.c). */
+const rope_kernels *rope_active_kernels(void);
+
+/* Shared argument checks (api_table.c). */
+#define ROPE_MAX_INV_FREQ 4.0   /* keeps |m*w| < 2^33: exact reduction range */
+int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
+                          double scale, const float *cos_out, const float *sin_out);
+static inline int rope_position_ok(int64_t m)
+{
+    return m >= -ROPE_MAX_POSITION && m <= ROPE_MAX_POSITION;
+}
 
 #endif

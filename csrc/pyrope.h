@@ -38,8 +38,14 @@ enum {
 
 /* Storage types of the rotated data. */
 enum {
-    ROPE_F32 = 0
+    ROPE_F32 = 0,
+    ROPE_F16 = 1,
+    ROPE_BF16 = 2,
+    ROPE_F64 = 3
 };
+
+/* Largest rotary_dim/2 the on-the-fly path (no tables) accepts. */
+#define ROPE_MAX_OTF_HALF 512
 
 /* Instruction sets, in priority order. */
 enum {
@@ -78,20 +84,26 @@ int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
                            const double *inv_freq, int64_t n_freq, double scale,
                            float *cos_out, float *sin_out);
 
-/* Rotate x into out (out == x rotates in place) using float32 tables.
+/* Rotate x into out (out == x rotates in place).
  *
  * x is addressed as [n_batch][n_seq][n_heads][head_dim] with element strides
  * (x_sb, x_ss, x_sh) for batch, sequence and head; the last axis is
  * contiguous. out likewise with (o_sb, o_ss, o_sh). Token (b, s) sits at
  *   pos = positions[b*p_sb + s*p_ss]   if positions != NULL,
- *   pos = offset + s                   otherwise,
- * and uses table row (pos - table_start) of cos/sin, whose rows are
- * rotary_dim/2 floats wide; every pos must satisfy
- * table_start <= pos < table_start + table_rows, checked before anything is
- * written (ROPE_E_POSITION). Coordinates past rotary_dim are copied from x
- * when out != x and never touched otherwise. inverse != 0 rotates by minus
- * the angle. out must either be x (same pointer and strides: in place) or
- * not overlap it at all; the caller checks the latter. */
+ *   pos = offset + s                   otherwise.
+ * Angles come from one of two sources:
+ *   - tables: cos_table/sin_table rows of rotary_dim/2 floats; token pos uses
+ *     row (pos - table_start), and every pos must satisfy
+ *     table_start <= pos < table_start + table_rows;
+ *   - on the fly (cos_table == sin_table == NULL): from inv_freq[rotary_dim/2]
+ *     and scale, exactly as rope_cos_sin_f32 would build the row (requires
+ *     rotary_dim/2 <= ROPE_MAX_OTF_HALF and |pos| <= ROPE_MAX_POSITION).
+ * Every position is checked before anything is written (ROPE_E_POSITION).
+ * Coordinates past rotary_dim are copied from x when out != x and never
+ * touched otherwise. inverse != 0 rotates by minus the angle. out must
+ * either be x (same pointer and strides: in place) or not overlap it at all;
+ * the caller checks the latter. n_threads is the most threads to use (<= 1:
+ * the calling thread only); results do not depend on it. */
 int rope_rotate(int dtype, int layout, int inverse,
                 const void *x, void *out,
                 int64_t n_batch, int64_t n_seq, int64_t n_heads,
@@ -101,6 +113,8 @@ int rope_rotate(int dtype, int layout, int inverse,
                 const int64_t *positions, int64_t p_sb, int64_t p_ss,
                 int64_t offset,
                 const float *cos_table, const float *sin_table,
-                int64_t table_start, int64_t table_rows);
+                int64_t table_start, int64_t table_rows,
+                const double *inv_freq, double scale,
+                int n_threads);
 
 #endif

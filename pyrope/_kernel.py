@@ -109,17 +109,23 @@ def cos_sin_range(start, n_pos, inv_freq, scale):
 
 # ---- rotation --------------------------------------------------------------
 
-def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table):
+def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table, inv_freq, scale):
     """Rotate 4-D float32 views ``x`` into ``out`` ([batch, seq, heads, head_dim]).
 
     The last axis of both is contiguous and every stride is a whole number of
     elements. ``positions`` is None (then ``offset + s``) or an int64 array
-    [batch or 1, seq]; ``table`` is (cos, sin, first_position).
+    [batch or 1, seq]; ``table`` is (cos, sin, first_position), or None to
+    compute each token's angles on the fly from ``inv_freq`` and ``scale``.
     """
     n_batch, n_seq, n_heads, head_dim = x.shape
     xs = _element_strides(x)
     os_ = _element_strides(out)
-    cos, sin, table_start = table
+    if table is None:
+        cos_p = sin_p = ffi.NULL
+        table_start = table_rows = 0
+    else:
+        cos, sin, table_start = table
+        cos_p, sin_p, table_rows = pointer("float *", cos), pointer("float *", sin), cos.shape[0]
     if positions is None:
         p_ptr, p_sb, p_ss = ffi.NULL, 0, 0
     else:
@@ -132,7 +138,8 @@ def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table):
         n_batch, n_seq, n_heads, head_dim, rotary_dim,
         xs[0], xs[1], xs[2], os_[0], os_[1], os_[2],
         p_ptr, p_sb, p_ss, offset,
-        pointer("float *", cos), pointer("float *", sin), table_start, cos.shape[0])
+        cos_p, sin_p, table_start, table_rows,
+        pointer("double *", inv_freq), scale, 1)
     check_status(status, "apply")
 
 

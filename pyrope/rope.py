@@ -262,11 +262,12 @@ def _rotate_batched(rope, src, dst, inverse, positions, offset, table):
     n_batch_dims = src.ndim - 3
     if n_batch_dims == 0:
         _kernel.rotate(src[None], dst[None], rope.layout, inverse, rope.rotary_dim,
-                       positions, offset, table)
+                       positions, offset, table, rope.inv_freq, rope.attention_factor)
         return
     s4, d4 = _merge_batch(src), _merge_batch(dst)
     if s4 is not None and d4 is not None:
-        _kernel.rotate(s4, d4, rope.layout, inverse, rope.rotary_dim, positions, offset, table)
+        _kernel.rotate(s4, d4, rope.layout, inverse, rope.rotary_dim, positions, offset, table,
+                       rope.inv_freq, rope.attention_factor)
         return
     # Unmergeable batch strides: one leading index at a time.
     inner = int(np.prod(src.shape[1:-3], dtype=np.int64))
