@@ -101,15 +101,24 @@ const char *rope_strerror(int status)
 
 /* ---- kernels per instruction set ---------------------------------------- */
 
+/* Rotation kernels of one instruction set, as rot[dtype][layout]. */
+#define ROPE_ROT_TABLE(isa)                                          \
+    {                                                                \
+        {rope_rot_il_f32_##isa, rope_rot_sh_f32_##isa},              \
+        {rope_rot_il_f16_##isa, rope_rot_sh_f16_##isa},              \
+        {rope_rot_il_bf16_##isa, rope_rot_sh_bf16_##isa},            \
+        {rope_rot_il_f64_##isa, rope_rot_sh_f64_##isa},              \
+    }
+
 static const rope_kernels KERNELS_SCALAR = {
-    {rope_row_interleaved_f32_scalar, rope_row_split_half_f32_scalar},
-    rope_table_f32_scalar,
+    .rot = ROPE_ROT_TABLE(scalar),
+    .table_f32 = rope_table_f32_scalar,
 };
 
 #ifdef ROPE_HAVE_X86
 static const rope_kernels KERNELS_AVX2 = {
-    {rope_row_interleaved_f32_avx2, rope_row_split_half_f32_avx2},
-    rope_table_f32_scalar,
+    .rot = ROPE_ROT_TABLE(avx2),
+    .table_f32 = rope_table_f32_scalar,
 };
 #endif
 

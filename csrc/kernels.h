@@ -7,11 +7,14 @@
 
 #include "pyrope.h"
 
-/* Rotate one head vector: pairs 0..half-1 of x into y (y may equal x).
- * cos/sin hold half entries; inverse rotates by minus the angle. */
-typedef void (*rope_row_f32_fn)(const float *x, float *y,
-                                const float *cos, const float *sin,
-                                int64_t half, int inverse);
+/* Rotate n_heads head vectors of one token, all at the same angles: pairs
+ * 0..half-1 of head h at x + h*x_sh go to y + h*y_sh (element strides; y may
+ * equal x with y_sh == x_sh). x and y point to the storage type of the
+ * kernel (float, uint16_t bits of float16/bfloat16, double); cos/sin hold
+ * half float32 entries; inverse rotates by minus the angle. */
+typedef void (*rope_rot_fn)(const void *x, void *y, int64_t x_sh, int64_t y_sh,
+                            int64_t n_heads, const float *cos, const float *sin,
+                            int64_t half, int inverse);
 
 /* Table entries for n_pos positions (positions[p], or start + p when
  * positions is NULL) and n_freq frequencies; arguments already checked. */
@@ -20,27 +23,39 @@ typedef void (*rope_table_f32_fn)(const int64_t *positions, int64_t start,
                                   int64_t n_freq, double scale,
                                   float *cos_out, float *sin_out);
 
-/* Scalar kernels: the specification (rotate.c, table.c). */
-void rope_row_interleaved_f32_scalar(const float *x, float *y, const float *cos,
-                                     const float *sin, int64_t half, int inverse);
-void rope_row_split_half_f32_scalar(const float *x, float *y, const float *cos,
-                                    const float *sin, int64_t half, int inverse);
+/* Scalar kernels: the specification (rotate.c, table.c). Names say layout
+ * (il = interleaved, sh = split half), storage type and instruction set. */
+#define ROPE_DECLARE_ROT(isa) \
+    void rope_rot_il_f32_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int); \
+    void rope_rot_sh_f32_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int); \
+    void rope_rot_il_f16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int); \
+    void rope_rot_sh_f16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int); \
+    void rope_rot_il_bf16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                                const float *, const float *, int64_t, int); \
+    void rope_rot_sh_bf16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                                const float *, const float *, int64_t, int); \
+    void rope_rot_il_f64_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int); \
+    void rope_rot_sh_f64_##isa(const void *, void *, int64_t, int64_t, int64_t, \
+                               const float *, const float *, int64_t, int);
+ROPE_DECLARE_ROT(scalar)
 void rope_table_f32_scalar(const int64_t *positions, int64_t start, int64_t n_pos,
                            const double *inv_freq, int64_t n_freq, double scale,
                            float *cos_out, float *sin_out);
 
-/* AVX2 + FMA kernels (rotate_avx2.c); only called when the CPU has them. */
+/* AVX2 + FMA + F16C kernels (rotate_avx2.c); only called when the CPU has them. */
 #if defined(__x86_64__) || defined(__i386__)
 #define ROPE_HAVE_X86 1
-void rope_row_interleaved_f32_avx2(const float *x, float *y, const float *cos,
-                                   const float *sin, int64_t half, int inverse);
-void rope_row_split_half_f32_avx2(const float *x, float *y, const float *cos,
-                                  const float *sin, int64_t half, int inverse);
+ROPE_DECLARE_ROT(avx2)
 #endif
 
 /* The kernels one instruction set provides. */
 typedef struct {
-    rope_row_f32_fn row_f32[2];   /* indexed by layout */
+    rope_rot_fn rot[4][2];        /* indexed by [dtype][layout] */
     rope_table_f32_fn table_f32;
 } rope_kernels;
 
@@ -55,5 +70,22 @@ static inline int rope_position_ok(int64_t m)
 {
     return m >= -ROPE_MAX_POSITION && m <= ROPE_MAX_POSITION;
 }
+
+/* Bytes per element of each storage type (indexed by ROPE_F32..ROPE_F64). */
+static const int64_t ROPE_ELEM_SIZE[4] = {4, 2, 2, 8};
+
+/* Threads (threads.c). rope_parallel_for runs fn(ctx, begin, end) over
+ * n_items split into n_parts contiguous ranges, part p covering
+ * [n_items*p/n_parts, n_items*(p+1)/n_parts), on the calling thread plus the
+ * pool's workers; which thread runs a part never changes what it computes.
+ * It falls back to the calling thread alone when the pool is busy (another
+ * call is using it) or cannot start threads. */
+typedef void (*rope_task_fn)(void *ctx, int64_t begin, int64_t end);
+void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_parts);
+
+/* Parts to split `bytes` of memory traffic over n_items into: one per
+ * ROPE_MIN_PART_BYTES (measured: below it a thread's wake-up costs more than
+ * it saves), at least 1, at most n_threads and n_items. */
+int rope_parts_for(int64_t bytes, int64_t n_items, int n_threads);
 
 #endif

@@ -102,8 +102,12 @@ int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
  * Coordinates past rotary_dim are copied from x when out != x and never
  * touched otherwise. inverse != 0 rotates by minus the angle. out must
  * either be x (same pointer and strides: in place) or not overlap it at all;
- * the caller checks the latter. n_threads is the most threads to use (<= 1:
- * the calling thread only); results do not depend on it. */
+ * the caller checks the latter. dtype is the storage type of x and out
+ * (ROPE_F32/F16/BF16: float32 arithmetic, rounded to nearest even on store;
+ * ROPE_F64: float64 arithmetic); strides count elements of that type.
+ * n_threads is the most threads to use (<= 1: the calling thread only); calls
+ * smaller than about 256 KiB of traffic per thread stay on fewer threads, and
+ * results never depend on the thread count. */
 int rope_rotate(int dtype, int layout, int inverse,
                 const void *x, void *out,
                 int64_t n_batch, int64_t n_seq, int64_t n_heads,
@@ -116,5 +120,31 @@ int rope_rotate(int dtype, int layout, int inverse,
                 int64_t table_start, int64_t table_rows,
                 const double *inv_freq, double scale,
                 int n_threads);
+
+/* Rotate queries and keys at the same positions in one pass: for each token
+ * the table row (or on-the-fly row) is read once and applied to the q heads,
+ * then to the k heads. q and k share n_batch and n_seq (and the positions)
+ * and may differ in head count and strides; each pair (q, q_out), (k, k_out)
+ * follows the rules of rope_rotate, and q's arrays must not overlap k's. */
+int rope_rotate_qk(int dtype, int layout, int inverse,
+                   const void *q, void *q_out, int64_t q_heads,
+                   int64_t q_sb, int64_t q_ss, int64_t q_sh,
+                   int64_t qo_sb, int64_t qo_ss, int64_t qo_sh,
+                   const void *k, void *k_out, int64_t k_heads,
+                   int64_t k_sb, int64_t k_ss, int64_t k_sh,
+                   int64_t ko_sb, int64_t ko_ss, int64_t ko_sh,
+                   int64_t n_batch, int64_t n_seq, int64_t head_dim, int64_t rotary_dim,
+                   const int64_t *positions, int64_t p_sb, int64_t p_ss,
+                   int64_t offset,
+                   const float *cos_table, const float *sin_table,
+                   int64_t table_start, int64_t table_rows,
+                   const double *inv_freq, double scale,
+                   int n_threads);
+
+/* The bandwidth yardstick: XOR every byte of data[0..n_bytes) in place with
+ * xor_mask (repeated, little-endian; 0 leaves the bytes unchanged), reading
+ * and writing each byte once with the widest vectors available, split over
+ * up to n_threads threads by the same size rule as rope_rotate. */
+int rope_bandwidth_pass(void *data, int64_t n_bytes, uint32_t xor_mask, int n_threads);
 
 #endif
