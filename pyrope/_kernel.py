@@ -5,6 +5,7 @@ turns them into pointers, element strides and counts; C status codes come
 back as exceptions carrying the C side's own message. The C functions check
 their arguments again, so a mistake here gives an exception, not a crash.
 """
+import builtins
 import os
 from contextlib import contextmanager
 
@@ -14,6 +15,21 @@ from ._pyrope_cffi import ffi, lib
 from .errors import RopeError, TypeError, ValueError
 
 LAYOUTS = {"interleaved": lib.ROPE_INTERLEAVED, "split_half": lib.ROPE_SPLIT_HALF}
+
+try:  # bfloat16 arrays are ml_dtypes arrays; without ml_dtypes the rest still works
+    import ml_dtypes as _ml_dtypes
+    BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - exercised only without the extra
+    BFLOAT16 = None
+
+# Storage dtypes the kernel rotates, and their C codes.
+DTYPE_CODES = {np.dtype(np.float32): lib.ROPE_F32, np.dtype(np.float16): lib.ROPE_F16}
+if BFLOAT16 is not None:
+    DTYPE_CODES[BFLOAT16] = lib.ROPE_BF16
+DTYPE_CODES[np.dtype(np.float64)] = lib.ROPE_F64
+ACCEPTED_DTYPES = tuple(DTYPE_CODES)
+ACCEPTED_NAMES = "float32, float16, bfloat16 (ml_dtypes), float64" if BFLOAT16 is not None else \
+    "float32, float16, float64 (bfloat16 needs the ml_dtypes package)"
 ISAS = {"scalar": lib.ROPE_ISA_SCALAR, "avx2": lib.ROPE_ISA_AVX2}
 _ISA_NAMES = {code: name for name, code in ISAS.items()}
 
@@ -95,11 +111,13 @@ def cos_sin_table(positions, inv_freq, scale):
     return cos, sin
 
 
-def cos_sin_range(start, n_pos, inv_freq, scale):
-    """float32 (cos, sin) for positions start..start+n_pos-1."""
+def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None):
+    """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
+    when given: C-contiguous float32 [n_pos, len(inv_freq)])."""
     n_freq = inv_freq.shape[0]
-    cos = np.empty((n_pos, n_freq), dtype=np.float32)
-    sin = np.empty((n_pos, n_freq), dtype=np.float32)
+    if cos is None:
+        cos = np.empty((n_pos, n_freq), dtype=np.float32)
+        sin = np.empty((n_pos, n_freq), dtype=np.float32)
     status = lib.rope_cos_sin_range_f32(
         start, n_pos, pointer("double *", inv_freq), n_freq, scale,
         pointer("float *", cos), pointer("float *", sin))
@@ -107,10 +125,66 @@ def cos_sin_range(start, n_pos, inv_freq, scale):
     return cos, sin
 
 
+# ---- threads ---------------------------------------------------------------
+
+def _default_threads():
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+MAX_THREADS = 64
+NUM_THREADS = _default_threads()  # read by every call; set_num_threads changes it
+
+
+def set_num_threads(n):
+    """Use at most ``n`` threads per call (1..64); large calls split across
+    them, small ones stay on the calling thread. Results never depend on it."""
+    global NUM_THREADS
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an integer, got {type(n).__name__} {n!r}")
+    if not 1 <= int(n) <= MAX_THREADS:
+        raise ValueError(f"n must be between 1 and {MAX_THREADS}, got {n}")
+    NUM_THREADS = int(n)
+
+
+def get_num_threads():
+    """The most threads one call may use (default: the CPUs this process may run on)."""
+    return NUM_THREADS
+
+
+def _threads_from_environment():
+    text = os.environ.get("PYROPE_NUM_THREADS", "").strip()
+    if text:
+        try:
+            set_num_threads(int(text))
+        except (builtins.ValueError, RopeError) as exc:
+            raise ValueError(f"environment variable PYROPE_NUM_THREADS must be an integer "
+                             f"1..{MAX_THREADS}, got {text!r} ({exc})") from None
+
+
+_threads_from_environment()
+
+
 # ---- rotation --------------------------------------------------------------
 
+def _table_args(table):
+    if table is None:
+        return ffi.NULL, ffi.NULL, 0, 0
+    cos, sin, table_start = table
+    return pointer("float *", cos), pointer("float *", sin), table_start, cos.shape[0]
+
+
+def _position_args(positions):
+    if positions is None:
+        return ffi.NULL, 0, 0
+    return (pointer("int64_t *", positions),
+            0 if positions.shape[0] == 1 else positions.strides[0] // 8, positions.strides[1] // 8)
+
+
 def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table, inv_freq, scale):
-    """Rotate 4-D float32 views ``x`` into ``out`` ([batch, seq, heads, head_dim]).
+    """Rotate 4-D views ``x`` into ``out`` ([batch, seq, heads, head_dim]) of one dtype.
 
     The last axis of both is contiguous and every stride is a whole number of
     elements. ``positions`` is None (then ``offset + s``) or an int64 array
@@ -120,27 +194,46 @@ def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table, inv_fr
     n_batch, n_seq, n_heads, head_dim = x.shape
     xs = _element_strides(x)
     os_ = _element_strides(out)
-    if table is None:
-        cos_p = sin_p = ffi.NULL
-        table_start = table_rows = 0
-    else:
-        cos, sin, table_start = table
-        cos_p, sin_p, table_rows = pointer("float *", cos), pointer("float *", sin), cos.shape[0]
-    if positions is None:
-        p_ptr, p_sb, p_ss = ffi.NULL, 0, 0
-    else:
-        p_ptr = pointer("int64_t *", positions)
-        p_sb, p_ss = (0 if positions.shape[0] == 1 else positions.strides[0] // 8,
-                      positions.strides[1] // 8)
+    cos_p, sin_p, table_start, table_rows = _table_args(table)
+    p_ptr, p_sb, p_ss = _position_args(positions)
     status = lib.rope_rotate(
-        lib.ROPE_F32, LAYOUTS[layout], 1 if inverse else 0,
-        pointer("float *", x), pointer("float *", out),
+        DTYPE_CODES[x.dtype], LAYOUTS[layout], 1 if inverse else 0,
+        pointer("void *", x), pointer("void *", out),
         n_batch, n_seq, n_heads, head_dim, rotary_dim,
         xs[0], xs[1], xs[2], os_[0], os_[1], os_[2],
         p_ptr, p_sb, p_ss, offset,
         cos_p, sin_p, table_start, table_rows,
-        pointer("double *", inv_freq), scale, 1)
+        pointer("double *", inv_freq), scale, NUM_THREADS)
     check_status(status, "apply")
+
+
+def rotate_qk(q, q_out, k, k_out, layout, inverse, rotary_dim, positions, offset, table,
+              inv_freq, scale):
+    """Rotate 4-D views q and k (same batch, seq, dtype) in one pass; see :func:`rotate`."""
+    n_batch, n_seq, q_heads, head_dim = q.shape
+    k_heads = k.shape[2]
+    qs, qo, ks, ko = (_element_strides(a) for a in (q, q_out, k, k_out))
+    cos_p, sin_p, table_start, table_rows = _table_args(table)
+    p_ptr, p_sb, p_ss = _position_args(positions)
+    status = lib.rope_rotate_qk(
+        DTYPE_CODES[q.dtype], LAYOUTS[layout], 1 if inverse else 0,
+        pointer("void *", q), pointer("void *", q_out), q_heads, *qs, *qo,
+        pointer("void *", k), pointer("void *", k_out), k_heads, *ks, *ko,
+        n_batch, n_seq, head_dim, rotary_dim,
+        p_ptr, p_sb, p_ss, offset,
+        cos_p, sin_p, table_start, table_rows,
+        pointer("double *", inv_freq), scale, NUM_THREADS)
+    check_status(status, "apply_qk")
+
+
+def bandwidth_pass(a, xor_mask=0, n_threads=None):
+    """The yardstick: XOR every byte of C-contiguous ``a`` in place with ``xor_mask``
+    (0: unchanged), one read and one write per byte, split like a rotation."""
+    if not a.flags.c_contiguous or not a.flags.writeable:
+        raise ValueError("a must be a writeable C-contiguous array")
+    status = lib.rope_bandwidth_pass(pointer("void *", a), a.nbytes, xor_mask,
+                                     NUM_THREADS if n_threads is None else n_threads)
+    check_status(status, "bandwidth_pass")
 
 
 def _element_strides(a):

@@ -11,10 +11,13 @@ from . import _kernel
 from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
 from .errors import TypeError, ValueError
+from ._kernel import DTYPE_CODES, ffi, lib
+from ._table_cache import TableCache
 from .scaling import resolve
 
 _MISSING = object()
-_ACCEPTED_DTYPES = (np.float32,)
+_ACCEPTED_DTYPES = _kernel.ACCEPTED_DTYPES
+ANGLES = ("auto", "table", "on_the_fly")
 
 
 class Rope:
@@ -33,7 +36,7 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved")
+                 "_attention_factor", "_resolved", "_tables")
 
     def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
         if layout is _MISSING:
@@ -56,6 +59,7 @@ class Rope:
         self._inv_freq = inv_freq
         self._attention_factor = float(resolved.attention_factor)
         self._resolved = resolved
+        self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
 
     # ---- the contract ------------------------------------------------------
 
@@ -89,17 +93,28 @@ class Rope:
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
-    def _table_for(self, positions, offset, n_seq):
-        """(cos, sin, first position) covering every position used, and the
-        positions to hand to C (possibly renumbered into table rows)."""
+    def _table_for(self, positions, offset, n_seq, angles="auto"):
+        """Angles for one call: ``(table, c_positions)`` where ``table`` is
+        ``(cos, sin, first position)`` or None (C computes each token's row on
+        the fly) and ``c_positions`` the positions to hand to C.
+
+        ``auto`` and ``table`` use the Rope's cached rows when the positions
+        span at most the cache bound; wider spans are computed on the fly
+        (``auto``) or get rows built for this call only (``table``)."""
+        if angles == "on_the_fly":
+            return None, positions
+        if positions is None:
+            lo, hi = offset, offset + n_seq
+        else:
+            lo, hi = int(positions.min()), int(positions.max()) + 1
+        window = self._tables.lookup(lo, hi)
+        if window is not None:
+            return (window[2], window[3], window[0]), positions
+        if angles == "auto":
+            return None, positions
         if positions is None:
             cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor)
             return (cos, sin, offset), None
-        lo, hi = int(positions.min()), int(positions.max())
-        span = hi - lo + 1
-        if span <= max(2 * positions.size, 64):
-            cos, sin = _kernel.cos_sin_range(lo, span, self._inv_freq, self._attention_factor)
-            return (cos, sin, lo), positions
         # Sparse positions (packed sequences far apart): one row per token.
         flat = np.ascontiguousarray(positions.reshape(-1))
         cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
@@ -108,47 +123,69 @@ class Rope:
 
     # ---- rotation ----------------------------------------------------------
 
-    def apply(self, x, positions=None, *, offset=0, seq_axis=-3, out=None, inverse=False):
+    def apply(self, x, positions=None, *, offset=0, seq_axis=-3, out=None, inverse=False,
+              angles="auto"):
         """Rotate query or key vectors by their positions.
 
-        - ``x``: float32 ndarray ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``,
+        - ``x``: ndarray ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``,
           the default; ``[seq, heads, head_dim]`` has no batch) or
           ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``). Any strides.
+          dtype float32, float16, bfloat16 (``ml_dtypes.bfloat16``) or float64;
+          the result has x's dtype. float16/bfloat16 are computed in float32
+          and rounded to nearest even once; float64 is computed in float64.
         - ``positions``: ``None`` for ``offset + arange(seq)`` (decode with a KV
           cache passes ``offset=`` the cache length), or integer positions of
           shape ``[seq]`` or ``[*batch, seq]`` (left padding, packed sequences).
         - ``out``: ``None`` returns a new array; ``out=x`` rotates in place;
           another array of x's shape and dtype receives the result.
         - ``inverse``: rotate by minus the angle (undoes ``apply``).
+        - ``angles``: where cos/sin come from. ``"auto"`` (default) uses the
+          float32 rows this Rope keeps for the positions it has served (grown
+          on demand, at most 32 MiB) and computes rows on the fly, token by
+          token inside the kernel, when the positions span more than that;
+          ``"table"`` always uses rows from a table (cached, or built for this
+          call); ``"on_the_fly"`` never builds or reads a table. All three give
+          bit-identical results.
 
         Returns the rotated array (``out`` when given). Coordinates past
-        ``rotary_dim`` are copied unchanged. Raises ``TypeError``/``ValueError``
-        naming the argument before anything is written.
+        ``rotary_dim`` are copied unchanged. Large calls run on up to
+        ``pyrope.get_num_threads()`` threads with identical results. Raises
+        ``TypeError``/``ValueError`` naming the argument before anything is
+        written.
         """
-        job = _Job(self, positions, offset, seq_axis)
+        if positions is None and angles == "auto" and (out is None or out is x):
+            done = _fast_apply(self, x, offset, seq_axis, out, inverse)
+            if done is not None:
+                return done
+        job = _Job(self, positions, offset, seq_axis, angles)
         job.add("x", x, out, "out")
         return job.run(inverse)[0]
 
-    def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None):
+    def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
         """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
 
-        ``q`` and ``k`` share batch and sequence shape and may differ in head
-        count (grouped-query attention). ``out`` is ``None`` or a pair
-        ``(q_out, k_out)``; ``out=(q, k)`` rotates both in place. Values are
-        never rotated: pass only q and k. See :meth:`apply` for the rest.
+        ``q`` and ``k`` share dtype, batch and sequence shape and may differ in
+        head count (grouped-query attention). ``out`` is ``None`` or a pair
+        ``(q_out, k_out)``; ``out=(q, k)`` rotates both in place. One pass:
+        each token's cos/sin row is read once for both. Values are never
+        rotated: pass only q and k. See :meth:`apply` for the rest.
         """
+        if positions is None and angles == "auto" and (
+                out is None or (type(out) is tuple and len(out) == 2 and out[0] is q and out[1] is k)):
+            done = _fast_apply_qk(self, q, k, offset, seq_axis, out is not None)
+            if done is not None:
+                return done
         if out is None:
             q_out = k_out = None
         elif isinstance(out, (tuple, list)) and len(out) == 2:
             q_out, k_out = out
         else:
             raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
-        job = _Job(self, positions, offset, seq_axis)
+        job = _Job(self, positions, offset, seq_axis, angles)
         job.add("q", q, q_out, "out[0]")
+        as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
-        if q.dtype != k.dtype:
-            raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
-        if q.shape[:-2] != k.shape[:-2] if seq_axis == -3 else (q.shape[:-3] + q.shape[-2:-1] != k.shape[:-3] + k.shape[-2:-1]):
+        if q.shape[:-2] != k.shape[:-2] if job.seq_axis == -3 else (q.shape[:-3] + q.shape[-2:-1] != k.shape[:-3] + k.shape[-2:-1]):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False))
 
@@ -156,10 +193,13 @@ class Rope:
 class _Job:
     """One validated call: arrays to rotate, their outputs and the positions."""
 
-    def __init__(self, rope, positions, offset, seq_axis):
+    def __init__(self, rope, positions, offset, seq_axis, angles="auto"):
         self.rope = rope
         if isinstance(seq_axis, (bool, np.bool_)) or as_int("seq_axis", seq_axis) not in (-3, -2):
             raise ValueError(f"seq_axis must be -3 ([..., seq, heads, dim]) or -2 ([..., heads, seq, dim]), got {seq_axis!r}")
+        if not isinstance(angles, str) or angles not in ANGLES:
+            raise ValueError(f"angles must be one of {', '.join(map(repr, ANGLES))}, got {angles!r}")
+        self.angles = angles
         self.seq_axis = int(seq_axis)
         self.offset = as_int("offset", offset)
         self.positions = positions
@@ -169,6 +209,9 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
+        if isinstance(x, np.ndarray) and x.dtype not in DTYPE_CODES:
+            raise TypeError(f"{name} must have dtype {_kernel.ACCEPTED_NAMES} (native byte order), "
+                            f"got {x.dtype.str} ({x.dtype})")
         as_float_array(name, x, _ACCEPTED_DTYPES)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
@@ -218,16 +261,150 @@ class _Job:
                 if out is None or out is not x:
                     res[...] = x
             return outputs
-        table, c_positions = rope._table_for(positions, self.offset, n_seq)
+        table, c_positions = rope._table_for(positions, self.offset, n_seq, self.angles)
+        if len(self.items) == 2 and _rotate_pair(rope, self.items, outputs, self.seq_axis, inverse,
+                                                 c_positions, self.offset, table):
+            return outputs
         for (_, x, out), result in zip(self.items, outputs):
             _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
         return outputs
 
 
+# ---- the fast path: repeated calls on contiguous arrays -----------------------
+#
+# Decode calls are tiny: the Python around the C call is most of their cost.
+# For the common case (C-contiguous array, offset positions, cached table
+# rows, result new or in place) a per-shape plan holds the counts and strides,
+# so a call is a dict lookup, a window check and one C call. Anything else
+# (or a miss) returns None and takes the general, fully checked path.
+
+_PLANS = {}
+_LAYOUT_CODES = _kernel.LAYOUTS
+
+
+def _plan(x, seq_axis):
+    """(dtype code, batch, seq, heads, element strides b/s/h) for C-contiguous x, or None."""
+    key = (x.shape, x.dtype, seq_axis)
+    plan = _PLANS.get(key)
+    if plan is None:
+        code = DTYPE_CODES.get(x.dtype)
+        if code is None or x.ndim < 3 or x.size == 0 or type(seq_axis) is not int or seq_axis not in (-3, -2):
+            return None
+        *batch, a, b, d = x.shape
+        n_batch = int(np.prod(batch, dtype=np.int64))
+        if seq_axis == -3:   # [*batch, seq, heads, dim]
+            plan = (code, n_batch, a, b, a * b * d, b * d, d)
+        else:                # [*batch, heads, seq, dim]
+            plan = (code, n_batch, b, a, a * b * d, d, b * d)
+        if len(_PLANS) >= 512:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _fast_apply(rope, x, offset, seq_axis, out, inverse):
+    if type(x) is not np.ndarray or type(offset) is not int or not x.flags.c_contiguous:
+        return None
+    plan = _plan(x, seq_axis)
+    if plan is None or x.shape[-1] != rope._head_dim:
+        return None
+    code, n_batch, n_seq, n_heads, sb, ss, sh = plan
+    w = rope._tables.window
+    if w is None or offset < w[0] or offset + n_seq > w[1]:
+        return None
+    if out is None:
+        result = np.empty_like(x)
+    elif x.flags.writeable:
+        result = x
+    else:
+        return None
+    tables = rope._tables
+    status = lib.rope_rotate(
+        code, _LAYOUT_CODES[rope._layout], 1 if inverse else 0, ffi.from_buffer(x), ffi.from_buffer(result),
+        n_batch, n_seq, n_heads, rope._head_dim, rope._rotary_dim, sb, ss, sh, sb, ss, sh,
+        ffi.NULL, 0, 0, offset, w[4], w[5], w[0], w[1] - w[0],
+        tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
+    if status:
+        _kernel.check_status(status, "apply")
+    return result
+
+
+def _fast_apply_qk(rope, q, k, offset, seq_axis, in_place):
+    if (type(q) is not np.ndarray or type(k) is not np.ndarray or type(offset) is not int
+            or not q.flags.c_contiguous or not k.flags.c_contiguous or q.dtype != k.dtype):
+        return None
+    pq, pk = _plan(q, seq_axis), _plan(k, seq_axis)
+    if pq is None or pk is None or q.shape[-1] != rope._head_dim or k.shape[-1] != rope._head_dim:
+        return None
+    same = q.shape[:-2] == k.shape[:-2] if seq_axis == -3 else (
+        q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2])
+    if not same:
+        return None
+    code, n_batch, n_seq, qh, qb, qs, qhs = pq
+    kh, kb, ks, khs = pk[3:]
+    w = rope._tables.window
+    if w is None or offset < w[0] or offset + n_seq > w[1]:
+        return None
+    if in_place:
+        if not (q.flags.writeable and k.flags.writeable) or np.shares_memory(q, k):
+            return None
+        q_out, k_out = q, k
+    else:
+        q_out, k_out = np.empty_like(q), np.empty_like(k)
+    tables = rope._tables
+    status = lib.rope_rotate_qk(
+        code, _LAYOUT_CODES[rope._layout], 0,
+        ffi.from_buffer(q), ffi.from_buffer(q_out), qh, qb, qs, qhs, qb, qs, qhs,
+        ffi.from_buffer(k), ffi.from_buffer(k_out), kh, kb, ks, khs, kb, ks, khs,
+        n_batch, n_seq, rope._head_dim, rope._rotary_dim,
+        ffi.NULL, 0, 0, offset, w[4], w[5], w[0], w[1] - w[0],
+        tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
+    if status:
+        _kernel.check_status(status, "apply_qk")
+    return q_out, k_out
+
+
+# ---- the general path -----------------------------------------------------------
+
 def _same_memory(a, b):
     """True when ``b`` is exactly ``a``'s memory: same first element and strides."""
     return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
             and a.strides == b.strides)
+
+
+def _prepare(x, result, seq_axis):
+    """Kernel views (src, dst) of x and its result as [*batch, seq, heads, dim], or None
+    when the kernel cannot address them directly (then _rotate_any copies)."""
+    in_place = result is x or _same_memory(x, result)
+    if not in_place and np.shares_memory(x, result):
+        return None
+    src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
+    dst = src if in_place else (result if seq_axis == -3 else np.swapaxes(result, -3, -2))
+    if not (_kernel_friendly(src) and _kernel_friendly(dst)):
+        return None
+    if src.ndim == 3:
+        return src[None], dst[None]
+    s4, d4 = _merge_batch(src), _merge_batch(dst)
+    if s4 is None or d4 is None:
+        return None
+    return s4, d4
+
+
+def _rotate_pair(rope, items, outputs, seq_axis, inverse, positions, offset, table):
+    """q and k in one C call (each table row read once) when both map to plain
+    4-D views and do not overlap each other; False when they do not."""
+    (_, q, _), (_, k, _) = items
+    q_res, k_res = outputs
+    pq, pk = _prepare(q, q_res, seq_axis), _prepare(k, k_res, seq_axis)
+    if pq is None or pk is None:
+        return False
+    for a in (q, q_res):
+        for b in (k, k_res):
+            if np.shares_memory(a, b):
+                return False
+    _kernel.rotate_qk(pq[0], pq[1], pk[0], pk[1], rope.layout, inverse, rope.rotary_dim, positions,
+                      offset, table, rope.inv_freq, rope.attention_factor)
+    return True
 
 
 def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
@@ -249,7 +426,6 @@ def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
     if not _kernel_friendly(src):
         src = np.ascontiguousarray(src)
     _rotate_batched(rope, src, dst, inverse, positions, offset, table)
-
 
 def _kernel_friendly(a):
     item = a.itemsize

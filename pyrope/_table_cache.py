@@ -1,0 +1,92 @@
+"""The cos/sin rows a ``Rope`` has served, kept for the next call.
+
+Decode steps and repeated prefills ask for the same or the next positions
+again and again; rebuilding exact table rows each time would cost more than
+the rotation itself. A ``TableCache`` holds float32 rows for one window of
+consecutive positions. A request inside the window is a lookup; a request
+outside grows the window (at least doubling it, so a decode loop rebuilds
+O(log n) times) or moves it, and a request wider than the bound is refused
+(the caller then builds rows just for that call or computes them on the
+fly). Rows are a pure function of (position, inv_freq, scale), so a row
+reads the same whichever window holds it.
+
+Thread safety: a published window is an immutable tuple whose arrays are
+never written again; growing builds new arrays under a lock and publishes
+them with one attribute store. A caller keeps its window tuple for the whole
+C call, so a concurrent replacement cannot free rows in use.
+"""
+import threading
+
+import numpy as np
+
+from . import _kernel
+
+MAX_TABLE_BYTES = 32 << 20   # per Rope: cos + sin rows
+MIN_ROWS = 64                # smallest window built
+MAX_POSITION = 2**31 - 1
+
+
+class TableCache:
+    """Cached float32 cos/sin rows for a window ``[start, stop)`` of positions."""
+
+    __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "inv_freq_ptr")
+
+    def __init__(self, inv_freq, scale):
+        self._inv_freq = inv_freq
+        self._scale = scale
+        self._lock = threading.Lock()
+        half = max(int(inv_freq.shape[0]), 1)
+        self.max_rows = max(MAX_TABLE_BYTES // (8 * half), MIN_ROWS)
+        self.window = None  # (start, stop, cos, sin, cos_ptr, sin_ptr): replaced, never mutated
+        self.inv_freq_ptr = _kernel.ffi.from_buffer("double[]", inv_freq)
+
+    def lookup(self, lo, hi):
+        """A window ``(start, stop, cos, sin, cos_ptr, sin_ptr)`` covering positions ``lo..hi-1``,
+        or None when that span is wider than the bound."""
+        w = self.window
+        if w is not None and w[0] <= lo and hi <= w[1]:
+            return w
+        if hi - lo > self.max_rows:
+            return None
+        with self._lock:
+            w = self.window
+            if w is not None and w[0] <= lo and hi <= w[1]:
+                return w
+            self.window = w = self._grown(w, lo, hi)
+            return w
+
+    def _grown(self, w, lo, hi):
+        limit = self.max_rows
+        if w is not None and max(hi, w[1]) - min(lo, w[0]) <= limit:
+            start, stop = min(lo, w[0]), max(hi, w[1])
+            size = min(limit, max(stop - start, 2 * (w[1] - w[0]), MIN_ROWS))
+            if hi > w[1]:       # growing forwards (decode): slack ahead
+                stop = start + size
+            else:
+                start = stop - size
+        else:
+            start, stop = lo, lo + min(limit, max(2 * (hi - lo), MIN_ROWS))
+        # Stay inside the exact-angle range.
+        if stop > MAX_POSITION + 1:
+            start, stop = max(start - (stop - MAX_POSITION - 1), -MAX_POSITION), MAX_POSITION + 1
+        if start < -MAX_POSITION:
+            start, stop = -MAX_POSITION, min(stop + (-MAX_POSITION - start), MAX_POSITION + 1)
+        n, half = stop - start, self._inv_freq.shape[0]
+        cos = np.empty((n, half), dtype=np.float32)
+        sin = np.empty((n, half), dtype=np.float32)
+        keep_lo = keep_hi = start
+        if w is not None:   # rows already built are copied, not recomputed
+            keep_lo, keep_hi = max(start, w[0]), min(stop, w[1])
+            if keep_lo < keep_hi:
+                cos[keep_lo - start:keep_hi - start] = w[2][keep_lo - w[0]:keep_hi - w[0]]
+                sin[keep_lo - start:keep_hi - start] = w[3][keep_lo - w[0]:keep_hi - w[0]]
+            else:
+                keep_lo = keep_hi = start
+        for a, b in ((start, keep_lo), (keep_hi, stop)):
+            if b > a:
+                _kernel.cos_sin_range(a, b - a, self._inv_freq, self._scale,
+                                      cos[a - start:b - start], sin[a - start:b - start])
+        cos.flags.writeable = False
+        sin.flags.writeable = False
+        ffi = _kernel.ffi
+        return (start, stop, cos, sin, ffi.from_buffer("float[]", cos), ffi.from_buffer("float[]", sin))
