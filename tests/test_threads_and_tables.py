@@ -1,0 +1,155 @@
+"""Threads, the table cache and the angles= choice: none may change a single bit."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import pyrope
+from pyrope import Rope, _kernel
+from pyrope._table_cache import TableCache
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
+UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def bits(a):
+    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
+
+
+@pytest.fixture
+def threads():
+    """Restore the thread count after the test."""
+    before = pyrope.get_num_threads()
+    yield
+    pyrope.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", ["interleaved", "split_half"])
+def test_thread_counts_are_bit_identical(isa, threads, dtype, layout, rng):
+    # Large enough (>= 1 MiB of traffic) that 2..4 threads really split the call.
+    rope = Rope(64, layout=layout, rotary_dim=56)
+    x = rng.standard_normal((3, 301, 8, 64)).astype(dtype)
+    k = rng.standard_normal((3, 301, 2, 64)).astype(dtype)
+    pos = rng.integers(0, 5000, size=(3, 301))
+    results = []
+    for n in (1, 2, 3, 4):
+        pyrope.set_num_threads(n)
+        inplace = x.copy()
+        rope.apply(inplace, offset=11, out=inplace)
+        results.append([rope.apply(x, pos), rope.apply(x, pos, angles="on_the_fly"),
+                        inplace, *rope.apply_qk(x, k, offset=3)])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert np.array_equal(bits(a), bits(b))
+
+
+def test_set_num_threads_checks_its_argument(threads):
+    pyrope.set_num_threads(3)
+    assert pyrope.get_num_threads() == 3
+    for bad, exc in ((0, ValueError), (65, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="n must be"):
+            pyrope.set_num_threads(bad)
+    assert pyrope.get_num_threads() == 3
+
+
+def test_num_threads_from_environment():
+    code = "import pyrope; print(pyrope.get_num_threads())"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYROPE_NUM_THREADS="3", PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0 and out.stdout.strip() == "3", out.stderr
+    env["PYROPE_NUM_THREADS"] = "lots"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode != 0 and "PYROPE_NUM_THREADS" in out.stderr
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 4])
+def test_bandwidth_pass_reads_and_writes_every_byte(isa, n_threads, rng):
+    for n in (0, 1, 3, 4, 129, 3 << 20):
+        a = rng.integers(0, 256, size=n, dtype=np.uint8)
+        keep = a.copy()
+        _kernel.bandwidth_pass(a, 0, n_threads)
+        assert np.array_equal(a, keep)
+        _kernel.bandwidth_pass(a, 0xA5C30F81, n_threads)
+        mask = np.resize(np.array([0x81, 0x0F, 0xC3, 0xA5], np.uint8), n)
+        assert np.array_equal(a, keep ^ mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("layout", ["interleaved", "split_half"])
+def test_angles_sources_are_bit_identical(isa, dtype, layout, rng):
+    rope = Rope(48, layout=layout, base=5e5, rotary_dim=40)
+    x = rng.standard_normal((2, 9, 3, 48)).astype(dtype)
+    for kwargs in ({"offset": 123456}, {"positions": rng.integers(-2**31 + 1, 2**31, size=(2, 9))},
+                   {"positions": np.arange(9) * 1000}):
+        got = [rope.apply(x, angles=a, **kwargs) for a in ("auto", "table", "on_the_fly")]
+        assert np.array_equal(bits(got[0]), bits(got[1])) and np.array_equal(bits(got[0]), bits(got[2]))
+        qk = [rope.apply_qk(x, x[:, :, :1], angles=a, **kwargs) for a in ("auto", "table", "on_the_fly")]
+        for a, b in zip(qk[0] + qk[1], qk[2] + qk[2]):
+            assert np.array_equal(bits(a), bits(b))
+
+
+def test_angles_must_be_known():
+    rope = Rope(8, layout="split_half")
+    with pytest.raises(ValueError, match="angles must be one of 'auto', 'table', 'on_the_fly', got 'fast'"):
+        rope.apply(np.ones((1, 1, 8), np.float32), angles="fast")
+
+
+def test_decode_steps_equal_one_prefill(rng):
+    # The cache grows step by step; every row must equal the one a prefill builds.
+    rope = Rope(64, layout="split_half")
+    x = rng.standard_normal((1, 300, 4, 64)).astype(np.float32)
+    steps = np.concatenate([rope.apply(x[:, s:s + 1], offset=s) for s in range(300)], axis=1)
+    fresh = Rope(64, layout="split_half").apply(x, angles="on_the_fly")
+    assert np.array_equal(bits(steps), bits(fresh))
+    window = rope._tables.window
+    assert window[0] <= 0 and window[1] >= 300 and window[1] - window[0] <= 1024  # doubled, not per step
+
+
+def test_cache_is_bounded_and_wide_spans_go_on_the_fly(rng, monkeypatch):
+    rope = Rope(16, layout="interleaved")
+    monkeypatch.setattr(rope._tables, "max_rows", 100)
+    x = rng.standard_normal((1, 150, 2, 16)).astype(np.float32)
+    wide = rope.apply(x, offset=1000)                     # 150 rows > bound: on the fly
+    assert rope._tables.window is None
+    assert np.array_equal(bits(wide), bits(rope.apply(x, offset=1000, angles="table")))
+    for start in (0, 50, 10**6, 2**31 - 1 - 80):          # windows move, never exceed the bound
+        rope.apply(x[:, :80], offset=start)
+        w = rope._tables.window
+        assert w[0] <= start and start + 80 <= w[1] and w[1] - w[0] <= 100
+        assert w[1] - 1 <= 2**31 - 1
+
+
+def test_cache_window_math_at_the_edges():
+    cache = TableCache(np.array([1.0, 0.5]), 1.0)
+    cache.max_rows = 64
+    w = cache.lookup(2**31 - 10, 2**31)
+    assert w[1] == 2**31 and w[0] <= 2**31 - 10 and w[2].shape == (w[1] - w[0], 2)
+    w = cache.lookup(-(2**31 - 1), -(2**31 - 1) + 5)
+    assert w[0] == -(2**31 - 1)
+    assert cache.lookup(0, 65) is None
+
+
+def test_concurrent_calls_from_python_threads(rng):
+    rope = Rope(32, layout="split_half")
+    xs = [rng.standard_normal((1, 64, 4, 32)).astype(np.float32) for _ in range(8)]
+    offsets = [0, 5000, 64, 100000, 7, 2**30, 128, 3]
+    want = [Rope(32, layout="split_half").apply(x, offset=o, angles="on_the_fly") for x, o in zip(xs, offsets)]
+    got = [None] * 8
+
+    def work(i):
+        for _ in range(20):
+            got[i] = rope.apply(xs[i], offset=offsets[i])
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for a, b in zip(got, want):
+        assert np.array_equal(bits(a), bits(b))
