@@ -5,8 +5,10 @@
  * quiet bit set -- exactly what F16C's vcvtps2ph does, so scalar and AVX2
  * kernels store the same bits.
  * bfloat16: widening is a 16-bit shift; narrowing rounds to nearest, ties to
- * even (integer add of 0x7FFF plus the kept lsb), and stores NaN as the
- * canonical quiet NaN 0x7FC0 with its sign (as ml_dtypes does).
+ * even: (u + 0x7FFF + lsb) >> 16 on the bits u, for every input. A NaN keeps
+ * its sign and top payload bits: the NaNs a rotation produces are quiet and
+ * have their low 16 bits zero (they come from bfloat16 inputs or are the
+ * default NaN), so the add cannot carry out of the payload.
  */
 #ifndef PYROPE_CONVERT_H
 #define PYROPE_CONVERT_H
@@ -70,8 +72,6 @@ static inline float rope_bf16_to_f32(uint16_t h)
 static inline uint16_t rope_f32_to_bf16(float f)
 {
     const uint32_t x = rope_f32_bits(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)(((x >> 16) & 0x8000u) | 0x7FC0u);
     return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 

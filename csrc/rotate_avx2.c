@@ -16,6 +16,10 @@
 
 #define ROPE_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* Keep a loaded vector in a register: stops the compiler from folding the
+ * load into two instructions (two loads of the same bytes). */
+#define ROPE_IN_REGISTER(v) __asm__("" : "+x"(v))
+
 /* Pairs per interleaved chunk whose duplicated cos/sin sit on the stack. */
 #define IL_CHUNK 512
 
@@ -38,21 +42,55 @@ ROPE_AVX2 static inline __m256 ld8_bf16(const uint16_t *p)
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
-ROPE_AVX2 static inline void st8_bf16(uint16_t *p, __m256 v)
+/* Round to nearest even, (u + 0x7FFF + lsb) >> 16, exactly as convert.h. */
+ROPE_AVX2 static inline __m256i bf16_round(__m256 v)
 {
-    /* round to nearest even: (u + 0x7FFF + lsb) >> 16; NaN -> sign | 0x7FC0 */
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-    const __m256i qnan = _mm256_or_si256(
-        _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x8000)),
-        _mm256_set1_epi32(0x7FC0));
-    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i b = _mm256_blendv_epi8(r, qnan, nan);
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+}
+ROPE_AVX2 static inline void st8_bf16(uint16_t *p, __m256 v)
+{
+    const __m256i r = bf16_round(v);
     /* 8 x 32 -> 8 x 16 (values fit: no saturation), lanes back in order */
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(b, b), 0x08);
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
     _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+
+/* ---- 16-lane loads and stores: one 256-bit store for 16 results ---------- */
+
+ROPE_AVX2 static inline void ld16_f32(const float *p, __m256 *a, __m256 *b)
+{
+    *a = _mm256_loadu_ps(p);
+    *b = _mm256_loadu_ps(p + 8);
+}
+ROPE_AVX2 static inline void st16_f32(float *p, __m256 a, __m256 b)
+{
+    _mm256_storeu_ps(p, a);
+    _mm256_storeu_ps(p + 8, b);
+}
+ROPE_AVX2 static inline void ld16_f16(const uint16_t *p, __m256 *a, __m256 *b)
+{
+    *a = ld8_f16(p);
+    *b = ld8_f16(p + 8);
+}
+ROPE_AVX2 static inline void st16_f16(uint16_t *p, __m256 a, __m256 b)
+{
+    /* register-form conversions and one store: the memory form is slower on AMD */
+    const __m128i lo = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(hi, lo));
+}
+ROPE_AVX2 static inline void ld16_bf16(const uint16_t *p, __m256 *a, __m256 *b)
+{
+    *a = ld8_bf16(p);
+    *b = ld8_bf16(p + 8);
+}
+ROPE_AVX2 static inline void st16_bf16(uint16_t *p, __m256 a, __m256 b)
+{
+    const __m256i packed = _mm256_permute4x64_epi64(
+        _mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8);
+    _mm256_storeu_si256((__m256i *)p, packed);
 }
 
 static inline float ld1_f32(const float *p) { return *p; }
@@ -65,7 +103,7 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 /* ---- float32 arithmetic: float32, float16, bfloat16 storage -------------- */
 
 /* Split half: 8 pairs (i .. i+7, i+half .. i+half+7) per step. */
-#define ROPE_AVX2_SPLIT(NAME, T, LD8, ST8, LD1, ST1)                                 \
+#define ROPE_AVX2_SPLIT(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)                     \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
@@ -75,6 +113,19 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
             int64_t i = 0;                                                           \
+            for (; i + 16 <= half; i += 16) {                                        \
+                const __m256 ca = _mm256_loadu_ps(cos + i);                          \
+                const __m256 cb = _mm256_loadu_ps(cos + i + 8);                      \
+                const __m256 sa = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);     \
+                const __m256 sb = _mm256_xor_ps(_mm256_loadu_ps(sin + i + 8), sign); \
+                __m256 x0a, x0b, x1a, x1b;                                           \
+                LD16(x + i, &x0a, &x0b);                                             \
+                LD16(x + i + half, &x1a, &x1b);                                      \
+                ST16(y + i, _mm256_fmsub_ps(x0a, ca, _mm256_mul_ps(x1a, sa)),        \
+                     _mm256_fmsub_ps(x0b, cb, _mm256_mul_ps(x1b, sb)));              \
+                ST16(y + i + half, _mm256_fmadd_ps(x1a, ca, _mm256_mul_ps(x0a, sa)), \
+                     _mm256_fmadd_ps(x1b, cb, _mm256_mul_ps(x0b, sb)));              \
+            }                                                                        \
             for (; i + 8 <= half; i += 8) {                                          \
                 const __m256 c = _mm256_loadu_ps(cos + i);                           \
                 const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
@@ -93,8 +144,19 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
     }
 
 /* Interleaved: 4 pairs per 8 lanes. The token's cos/sin are duplicated once
- * ([c0 c0 c1 c1 ...], sin with the inverse sign) and shared by every head. */
-#define ROPE_AVX2_INTERLEAVED(NAME, T, LD8, ST8, LD1, ST1)                           \
+ * ([c0 c0 c1 c1 ...], sin with the inverse sign) and shared by every head;
+ * heads go two at a time so each duplicated vector is loaded once per two. */
+#define IL_STEP16(T, LD16, ST16, x, y, j)                                            \
+    do {                                                                             \
+        __m256 va, vb;                                                               \
+        LD16((x) + (j), &va, &vb);                                                   \
+        ROPE_IN_REGISTER(va);                                                        \
+        ROPE_IN_REGISTER(vb);                                                        \
+        ST16((y) + (j), _mm256_fmaddsub_ps(va, c0, _mm256_mul_ps(_mm256_permute_ps(va, 0xB1), s0)), \
+             _mm256_fmaddsub_ps(vb, c1, _mm256_mul_ps(_mm256_permute_ps(vb, 0xB1), s1)));          \
+    } while (0)
+
+#define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
@@ -102,24 +164,48 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         float cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];                                    \
         for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {                            \
             const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;           \
-            const int64_t nv = n & ~(int64_t)3;                                      \
-            for (int64_t i = 0; i < nv; i++) {                                       \
-                const float s = inverse ? -sin[i0 + i] : sin[i0 + i];                \
-                cc[2 * i] = cc[2 * i + 1] = cos[i0 + i];                             \
-                ss[2 * i] = ss[2 * i + 1] = s;                                       \
+            const int64_t nv = n & ~(int64_t)3;     /* pairs in whole vectors */     \
+            const int64_t n16 = 2 * n & ~(int64_t)15; /* floats in 16-lane steps */  \
+            const __m128 sign = _mm_set1_ps(inverse ? -0.0f : 0.0f);                 \
+            for (int64_t i = 0; i < nv; i += 4) {                                    \
+                const __m128 c4 = _mm_loadu_ps(cos + i0 + i);                        \
+                const __m128 s4 = _mm_xor_ps(_mm_loadu_ps(sin + i0 + i), sign);      \
+                _mm_storeu_ps(cc + 2 * i, _mm_unpacklo_ps(c4, c4));                  \
+                _mm_storeu_ps(cc + 2 * i + 4, _mm_unpackhi_ps(c4, c4));              \
+                _mm_storeu_ps(ss + 2 * i, _mm_unpacklo_ps(s4, s4));                  \
+                _mm_storeu_ps(ss + 2 * i + 4, _mm_unpackhi_ps(s4, s4));              \
             }                                                                        \
-            for (int64_t h = 0; h < n_heads; h++) {                                  \
+            int64_t h = 0;                                                           \
+            for (; h + 2 <= n_heads; h += 2) {                                       \
+                const T *xa = (const T *)xv + h * x_sh + 2 * i0, *xb = xa + x_sh;    \
+                T *ya = (T *)yv + h * y_sh + 2 * i0, *yb = ya + y_sh;                \
+                for (int64_t j = 0; j < n16; j += 16) {                              \
+                    const __m256 c0 = _mm256_loadu_ps(cc + j), c1 = _mm256_loadu_ps(cc + j + 8); \
+                    const __m256 s0 = _mm256_loadu_ps(ss + j), s1 = _mm256_loadu_ps(ss + j + 8); \
+                    IL_STEP16(T, LD16, ST16, xa, ya, j);                             \
+                    IL_STEP16(T, LD16, ST16, xb, yb, j);                             \
+                }                                                                    \
+            }                                                                        \
+            for (; h < n_heads; h++) {                                               \
+                const T *xa = (const T *)xv + h * x_sh + 2 * i0;                     \
+                T *ya = (T *)yv + h * y_sh + 2 * i0;                                 \
+                for (int64_t j = 0; j < n16; j += 16) {                              \
+                    const __m256 c0 = _mm256_loadu_ps(cc + j), c1 = _mm256_loadu_ps(cc + j + 8); \
+                    const __m256 s0 = _mm256_loadu_ps(ss + j), s1 = _mm256_loadu_ps(ss + j + 8); \
+                    IL_STEP16(T, LD16, ST16, xa, ya, j);                             \
+                }                                                                    \
+            }                                                                        \
+            for (h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs per head */      \
                 const T *x = (const T *)xv + h * x_sh + 2 * i0;                      \
                 T *y = (T *)yv + h * y_sh + 2 * i0;                                  \
-                for (int64_t j = 0; j < 2 * nv; j += 8) {                            \
+                for (int64_t j = n16; j < 2 * nv; j += 8) {                          \
                     const __m256 v = LD8(x + j);                   /* x0 x1 ... */   \
                     const __m256 w = _mm256_permute_ps(v, 0xB1);   /* x1 x0 ... */   \
-                    const __m256 s = _mm256_loadu_ps(ss + j);                        \
                     /* even lanes: x0*c - x1*s, odd lanes: x1*c + x0*s */            \
                     ST8(y + j, _mm256_fmaddsub_ps(v, _mm256_loadu_ps(cc + j),        \
-                                                  _mm256_mul_ps(w, s)));             \
+                                                  _mm256_mul_ps(w, _mm256_loadu_ps(ss + j)))); \
                 }                                                                    \
-                for (int64_t i = nv; i < n; i++) { /* leftovers */                   \
+                for (int64_t i = nv; i < n; i++) {                                   \
                     const float c = cos[i0 + i];                                     \
                     const float s = inverse ? -sin[i0 + i] : sin[i0 + i];            \
                     const float x0 = LD1(x + 2 * i), x1 = LD1(x + 2 * i + 1);        \
@@ -130,12 +216,16 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         }                                                                            \
     }
 
-ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, float, ld8_f32, st8_f32, ld1_f32, st1_f32)
-ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, uint16_t, ld8_f16, st8_f16, ld1_f16, st1_f16)
-ROPE_AVX2_SPLIT(rope_rot_sh_bf16_avx2, uint16_t, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16)
-ROPE_AVX2_INTERLEAVED(rope_rot_il_f32_avx2, float, ld8_f32, st8_f32, ld1_f32, st1_f32)
-ROPE_AVX2_INTERLEAVED(rope_rot_il_f16_avx2, uint16_t, ld8_f16, st8_f16, ld1_f16, st1_f16)
-ROPE_AVX2_INTERLEAVED(rope_rot_il_bf16_avx2, uint16_t, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16)
+#define F32 float, ld16_f32, st16_f32, ld8_f32, st8_f32, ld1_f32, st1_f32
+#define F16 uint16_t, ld16_f16, st16_f16, ld8_f16, st8_f16, ld1_f16, st1_f16
+#define BF16 uint16_t, ld16_bf16, st16_bf16, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16
+#define EXPAND(M, ...) M(__VA_ARGS__)
+EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
+EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
+EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_bf16_avx2, BF16)
+EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
+EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f16_avx2, F16)
+EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_bf16_avx2, BF16)
 
 /* ---- float64: float64 arithmetic, float32 table entries widened ---------- */
 
