@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test build bench clean
+.PHONY: demo test install install-test install-bench build bench clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -21,7 +21,10 @@ test: install-test
 build:              ## build the C extension in place (no install)
 	$(PYTHON) pyrope/_build.py
 
-bench: install-test
+install-bench:      ## the package plus the benchmark peers (torch, onnxruntime, ml_dtypes)
+	$(PIP) install --quiet -e ".[test,bench]"
+
+bench: install-bench
 	$(PYTHON) -m pytest bench -q --benchmark-only --benchmark-columns=median,iqr,rounds
 
 clean:

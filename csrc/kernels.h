@@ -84,8 +84,8 @@ typedef void (*rope_task_fn)(void *ctx, int64_t begin, int64_t end);
 void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_parts);
 
 /* Parts to split `bytes` of memory traffic over n_items into: one per
- * ROPE_MIN_PART_BYTES (measured: below it a thread's wake-up costs more than
- * it saves), at least 1, at most n_threads and n_items. */
+ * ROPE_MIN_PART_BYTES (threads.c: below it a thread's hand-off costs more
+ * than it saves), at least 1, at most n_threads and n_items. */
 int rope_parts_for(int64_t bytes, int64_t n_items, int n_threads);
 
 #endif

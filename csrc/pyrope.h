@@ -105,9 +105,10 @@ int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
  * the caller checks the latter. dtype is the storage type of x and out
  * (ROPE_F32/F16/BF16: float32 arithmetic, rounded to nearest even on store;
  * ROPE_F64: float64 arithmetic); strides count elements of that type.
- * n_threads is the most threads to use (<= 1: the calling thread only); calls
- * smaller than about 256 KiB of traffic per thread stay on fewer threads, and
- * results never depend on the thread count. */
+ * n_threads is the most threads to use (<= 1: the calling thread only); a
+ * call gets one thread per MiB of traffic (bytes read + written), so small
+ * calls stay on the calling thread, and results never depend on the thread
+ * count. */
 int rope_rotate(int dtype, int layout, int inverse,
                 const void *x, void *out,
                 int64_t n_batch, int64_t n_seq, int64_t n_heads,
