@@ -81,8 +81,12 @@ static void rotate_range(void *ctx, int64_t begin, int64_t end)
     const job *j = (const job *)ctx;
     float otf_cos[ROPE_MAX_OTF_HALF], otf_sin[ROPE_MAX_OTF_HALF];
     const size_t tail_bytes = (size_t)((j->head_dim - j->rotary_dim) * j->elem);
+    int64_t b = begin / j->n_seq, s = begin % j->n_seq - 1;
     for (int64_t tok = begin; tok < end; tok++) {
-        const int64_t b = tok / j->n_seq, s = tok % j->n_seq;
+        if (++s == j->n_seq) { /* next batch row: no division per token */
+            s = 0;
+            b++;
+        }
         const int64_t pos = j->positions ? j->positions[b * j->p_sb + s * j->p_ss] : j->offset + s;
         const float *c, *sn;
         if (!j->cos_table) {

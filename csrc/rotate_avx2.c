@@ -103,29 +103,38 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 /* ---- float32 arithmetic: float32, float16, bfloat16 storage -------------- */
 
 /* Split half: 8 pairs (i .. i+7, i+half .. i+half+7) per step. */
+/* The 16-pair step. With s' = -s (inverse), x1*s' = -(x1*s) exactly (rounding
+ * to nearest is symmetric), so the inverse rotation is the forward one with
+ * fmsub and fmadd swapped: no sign flips in the loop, same bits as rotate.c. */
+#define SPLIT_STEP16(T, LD16, ST16, FM0, FM1)                                        \
+    do {                                                                             \
+        const __m256 ca = _mm256_loadu_ps(cos + i), cb = _mm256_loadu_ps(cos + i + 8); \
+        const __m256 sa = _mm256_loadu_ps(sin + i), sb = _mm256_loadu_ps(sin + i + 8); \
+        __m256 x0a, x0b, x1a, x1b;                                                   \
+        LD16(x + i, &x0a, &x0b);                                                     \
+        LD16(x + i + half, &x1a, &x1b);                                              \
+        ST16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
+        ST16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),                     \
+             FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
+    } while (0)
+
 #define ROPE_AVX2_SPLIT(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)                     \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
         const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
+        const int64_t n16 = half & ~(int64_t)15;                                     \
         for (int64_t h = 0; h < n_heads; h++) {                                      \
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
             int64_t i = 0;                                                           \
-            for (; i + 16 <= half; i += 16) {                                        \
-                const __m256 ca = _mm256_loadu_ps(cos + i);                          \
-                const __m256 cb = _mm256_loadu_ps(cos + i + 8);                      \
-                const __m256 sa = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);     \
-                const __m256 sb = _mm256_xor_ps(_mm256_loadu_ps(sin + i + 8), sign); \
-                __m256 x0a, x0b, x1a, x1b;                                           \
-                LD16(x + i, &x0a, &x0b);                                             \
-                LD16(x + i + half, &x1a, &x1b);                                      \
-                ST16(y + i, _mm256_fmsub_ps(x0a, ca, _mm256_mul_ps(x1a, sa)),        \
-                     _mm256_fmsub_ps(x0b, cb, _mm256_mul_ps(x1b, sb)));              \
-                ST16(y + i + half, _mm256_fmadd_ps(x1a, ca, _mm256_mul_ps(x0a, sa)), \
-                     _mm256_fmadd_ps(x1b, cb, _mm256_mul_ps(x0b, sb)));              \
-            }                                                                        \
+            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                   \
+                for (; i < n16; i += 16)                                             \
+                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);   \
+            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                   \
+                for (; i < n16; i += 16)                                             \
+                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);   \
             for (; i + 8 <= half; i += 8) {                                          \
                 const __m256 c = _mm256_loadu_ps(cos + i);                           \
                 const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
