@@ -211,7 +211,7 @@ static int rotate_tensors(int dtype, int layout, int inverse, tensor *t, int n_t
     const int64_t n_tokens = n_batch * n_seq; /* fits: span_ok checked it */
     /* Traffic: every element read once and written once. */
     const int64_t bytes = sat_product(n_tokens, heads_total, head_dim, 2 * j.elem);
-    rope_parallel_for(rotate_range, &j, n_tokens, rope_parts_for(bytes, n_tokens, n_threads));
+    rope_parallel_for(rotate_range, &j, n_tokens, rope_threads_for(bytes, n_tokens, n_threads));
     return ROPE_OK;
 }
 

@@ -75,17 +75,18 @@ static inline int rope_position_ok(int64_t m)
 static const int64_t ROPE_ELEM_SIZE[4] = {4, 2, 2, 8};
 
 /* Threads (threads.c). rope_parallel_for runs fn(ctx, begin, end) over
- * n_items split into n_parts contiguous ranges, part p covering
- * [n_items*p/n_parts, n_items*(p+1)/n_parts), on the calling thread plus the
- * pool's workers; which thread runs a part never changes what it computes.
- * It falls back to the calling thread alone when the pool is busy (another
- * call is using it) or cannot start threads. */
+ * n_items on the calling thread plus up to n_threads - 1 pool workers. The
+ * items are cut into fixed contiguous chunks (several per thread) that
+ * threads claim one at a time, so a worker the OS is slow to schedule only
+ * means the others take more chunks; which thread runs a chunk never changes
+ * what it computes. It falls back to the calling thread alone when the pool
+ * is busy (another call is using it) or cannot start threads. */
 typedef void (*rope_task_fn)(void *ctx, int64_t begin, int64_t end);
-void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_parts);
+void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_threads);
 
-/* Parts to split `bytes` of memory traffic over n_items into: one per
+/* Threads for `bytes` of memory traffic over n_items: one per
  * ROPE_MIN_PART_BYTES (threads.c: below it a thread's hand-off costs more
  * than it saves), at least 1, at most n_threads and n_items. */
-int rope_parts_for(int64_t bytes, int64_t n_items, int n_threads);
+int rope_threads_for(int64_t bytes, int64_t n_items, int n_threads);
 
 #endif

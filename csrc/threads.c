@@ -3,8 +3,9 @@
  * Workers are started lazily, the first time a call wants them, and then
  * sleep on a condition variable between jobs (after a short spin, so that
  * back-to-back calls such as q then k do not pay a wake-up each). A job is
- * published as one atomic ticket (generation, part count, next part); the
- * calling thread and the workers claim parts from it with compare-and-swap,
+ * cut into fixed chunks ("parts", several per thread) and published as one
+ * atomic ticket (generation, part count, next part); the calling thread and
+ * the workers claim parts from it with compare-and-swap,
  * so a part runs exactly once and a late worker can never claim a part of a
  * newer job. The caller claims parts too, so a job finishes even with no
  * worker at all; when another thread is already running a job the caller
@@ -33,6 +34,8 @@
  * costs about that much when the other core is busy (e.g. with another
  * library's spinning pool), so calls below 1 MiB per thread stay alone. */
 #define ROPE_MIN_PART_BYTES (1024 * 1024)
+/* Chunks per thread: small enough that a late worker costs little. */
+#define ROPE_CHUNKS_PER_THREAD 8
 /* How long an idle worker spins before it sleeps. */
 #define ROPE_SPIN_NS 50000
 
@@ -144,7 +147,7 @@ static void grow_pool(int want)
     }
 }
 
-int rope_parts_for(int64_t bytes, int64_t n_items, int n_threads)
+int rope_threads_for(int64_t bytes, int64_t n_items, int n_threads)
 {
     int64_t parts = bytes / ROPE_MIN_PART_BYTES;
     if (parts > n_threads)
@@ -156,18 +159,21 @@ int rope_parts_for(int64_t bytes, int64_t n_items, int n_threads)
     return parts < 1 ? 1 : (int)parts;
 }
 
-void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_parts)
+void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_threads)
 {
-    if (n_parts > ROPE_MAX_THREADS)
-        n_parts = ROPE_MAX_THREADS;
-    if (n_parts <= 1 || n_items <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
-        /* Alone: one range, or the same parts one after the other. */
+    if (n_threads > ROPE_MAX_THREADS)
+        n_threads = ROPE_MAX_THREADS;
+    if (n_threads <= 1 || n_items <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
+        /* Alone: one range, the same elements in the same order per token. */
         if (n_items > 0)
             fn(ctx, 0, n_items);
         return;
     }
+    int64_t n_parts = (int64_t)n_threads * ROPE_CHUNKS_PER_THREAD;
+    if (n_parts > n_items)
+        n_parts = n_items;
     pthread_once(&g_once, install_atfork);
-    grow_pool(n_parts - 1);
+    grow_pool(n_threads - 1);
     g_fn = fn;
     g_ctx = ctx;
     g_items = n_items;
