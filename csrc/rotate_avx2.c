@@ -152,11 +152,70 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         }                                                                            \
     }
 
-/* Interleaved: 4 pairs per 8 lanes. The token's cos/sin are duplicated once
- * ([c0 c0 c1 c1 ...], sin with the inverse sign) and shared by every head.
+/* Interleaved, float32: 8 pairs (16 lanes) per step, turned into the split-half
+ * computation. shuffle_ps separates even and odd coordinates of two vectors,
+ * which leaves the pairs in the order 0 1 4 5 2 3 6 7; the token's cos/sin
+ * rows are permuted to that order once (permute4x64) and shared by every
+ * head, so a step costs what a split-half step costs: two table loads, four
+ * multiplies/FMAs, and unpacklo/hi put the results back in place. Each pair
+ * still computes exactly y0 = fma(x0, c, -(x1*s)), y1 = fma(x1, c, x0*s). */
+#define IL_STEP16(T, LD16, ST16, FM0, FM1)                                           \
+    do {                                                                             \
+        __m256 va, vb;                                                               \
+        LD16(x + j, &va, &vb);                                                       \
+        const __m256 c = _mm256_loadu_ps(cp + j / 2), s = _mm256_loadu_ps(sp + j / 2); \
+        const __m256 x0 = _mm256_shuffle_ps(va, vb, 0x88); /* evens */               \
+        const __m256 x1 = _mm256_shuffle_ps(va, vb, 0xDD); /* odds */                \
+        const __m256 y0 = FM0(x0, c, _mm256_mul_ps(x1, s));                          \
+        const __m256 y1 = FM1(x1, c, _mm256_mul_ps(x0, s));                          \
+        ST16(y + j, _mm256_unpacklo_ps(y0, y1), _mm256_unpackhi_ps(y0, y1));         \
+    } while (0)
+
+#define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
+    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t half, int inverse)                                   \
+    {                                                                                \
+        float cp[IL_CHUNK], sp[IL_CHUNK];                                            \
+        (void)LD8;                                                                   \
+        (void)ST8;                                                                   \
+        for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {                            \
+            const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;           \
+            const int64_t nv = n & ~(int64_t)7;     /* pairs in 8-pair steps */      \
+            for (int64_t i = 0; i < nv; i += 8) {   /* pair order 0 1 4 5 2 3 6 7 */ \
+                _mm256_storeu_ps(cp + i, _mm256_castpd_ps(_mm256_permute4x64_pd(     \
+                    _mm256_castps_pd(_mm256_loadu_ps(cos + i0 + i)), 0xD8)));        \
+                _mm256_storeu_ps(sp + i, _mm256_castpd_ps(_mm256_permute4x64_pd(     \
+                    _mm256_castps_pd(_mm256_loadu_ps(sin + i0 + i)), 0xD8)));        \
+            }                                                                        \
+            for (int64_t h = 0; h < n_heads; h++) {                                  \
+                const T *x = (const T *)xv + h * x_sh + 2 * i0;                      \
+                T *y = (T *)yv + h * y_sh + 2 * i0;                                  \
+                if (!inverse)                                                        \
+                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
+                        IL_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);  \
+                else                                                                 \
+                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
+                        IL_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);  \
+                for (int64_t i = nv; i < n; i++) { /* leftovers: < 8 pairs */        \
+                    const float c = cos[i0 + i];                                     \
+                    const float s = inverse ? -sin[i0 + i] : sin[i0 + i];            \
+                    const float x0 = LD1(x + 2 * i), x1 = LD1(x + 2 * i + 1);        \
+                    ST1(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));                \
+                    ST1(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));               \
+                }                                                                    \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* Interleaved, for 16-bit storage: 4 pairs per 8 lanes, fmaddsub on the
+ * vectors as loaded. The token's cos/sin are duplicated once ([c0 c0 c1 c1
+ * ...], sin with the inverse sign) and shared by every head. Fewer shuffles
+ * than the float32 kernel below, which matters when the float16/bfloat16
+ * conversions already keep the shuffle units busy (measured).
  * (Taking heads two at a time, to load each duplicated vector once per two,
  * was measured 3x slower on large in-place calls: do not.) */
-#define IL_STEP16(T, LD16, ST16, x, y, j)                                            \
+#define IL_DUP_STEP16(T, LD16, ST16, x, y, j)                                            \
     do {                                                                             \
         __m256 va, vb;                                                               \
         LD16((x) + (j), &va, &vb);                                                   \
@@ -166,7 +225,7 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
              _mm256_fmaddsub_ps(vb, c1, _mm256_mul_ps(_mm256_permute_ps(vb, 0xB1), s1)));          \
     } while (0)
 
-#define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
+#define ROPE_AVX2_INTERLEAVED_DUP(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
@@ -192,7 +251,7 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
                 for (int64_t j = 0; j < n16; j += 16) {                              \
                     const __m256 c0 = _mm256_loadu_ps(cc + j), c1 = _mm256_loadu_ps(cc + j + 8); \
                     const __m256 s0 = _mm256_loadu_ps(ss + j), s1 = _mm256_loadu_ps(ss + j + 8); \
-                    IL_STEP16(T, LD16, ST16, xa, ya, j);                             \
+                    IL_DUP_STEP16(T, LD16, ST16, xa, ya, j);                             \
                 }                                                                    \
             }                                                                        \
             for (h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs per head */      \
@@ -224,8 +283,8 @@ EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
 EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
 EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_bf16_avx2, BF16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
-EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f16_avx2, F16)
-EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_bf16_avx2, BF16)
+EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
+EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_bf16_avx2, BF16)
 
 /* ---- float64: float64 arithmetic, float32 table entries widened ---------- */
 
