@@ -281,10 +281,77 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 #define EXPAND(M, ...) M(__VA_ARGS__)
 EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
 EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
-EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_bf16_avx2, BF16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_bf16_avx2, BF16)
+
+/* ---- bfloat16, split half: whole-vector widening ------------------------------
+ *
+ * Widening 16 bfloat16 values is one 256-bit load and two unpacks with zero
+ * (bf16 << 16), which leaves them in the lane order 0-3 8-11 | 4-7 12-15;
+ * narrowing with packus after rounding restores the order for free. The
+ * token's cos/sin rows are permuted to that order once (permute2f128) and
+ * shared by every head. Per pair the arithmetic is unchanged. */
+
+ROPE_AVX2 static inline void bf16_widen16(const uint16_t *p, __m256 *a, __m256 *b)
+{
+    const __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    const __m256i zero = _mm256_setzero_si256();
+    *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
+    *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+}
+
+ROPE_AVX2 static inline void bf16_narrow16(uint16_t *p, __m256 a, __m256 b)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm256_packus_epi32(bf16_round(a), bf16_round(b)));
+}
+
+#define BF16_SPLIT_STEP(FM0, FM1)                                                    \
+    do {                                                                             \
+        __m256 x0a, x0b, x1a, x1b;                                                   \
+        bf16_widen16(x + i, &x0a, &x0b);                                             \
+        bf16_widen16(x + i + half, &x1a, &x1b);                                      \
+        const __m256 ca = _mm256_loadu_ps(cp + i - i0), cb = _mm256_loadu_ps(cp + i - i0 + 8); \
+        const __m256 sa = _mm256_loadu_ps(sp + i - i0), sb = _mm256_loadu_ps(sp + i - i0 + 8); \
+        bf16_narrow16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
+        bf16_narrow16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),            \
+                      FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                         \
+    } while (0)
+
+ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
+                                     int64_t n_heads, const float *cos, const float *sin,
+                                     int64_t half, int inverse)
+{
+    float cp[IL_CHUNK], sp[IL_CHUNK];
+    for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
+        const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
+        const int64_t n16 = n & ~(int64_t)15;
+        for (int64_t i = 0; i < n16; i += 16) { /* pair order 0-3 8-11 4-7 12-15 */
+            const __m256 clo = _mm256_loadu_ps(cos + i0 + i), chi = _mm256_loadu_ps(cos + i0 + i + 8);
+            const __m256 slo = _mm256_loadu_ps(sin + i0 + i), shi = _mm256_loadu_ps(sin + i0 + i + 8);
+            _mm256_storeu_ps(cp + i, _mm256_permute2f128_ps(clo, chi, 0x20));
+            _mm256_storeu_ps(cp + i + 8, _mm256_permute2f128_ps(clo, chi, 0x31));
+            _mm256_storeu_ps(sp + i, _mm256_permute2f128_ps(slo, shi, 0x20));
+            _mm256_storeu_ps(sp + i + 8, _mm256_permute2f128_ps(slo, shi, 0x31));
+        }
+        for (int64_t h = 0; h < n_heads; h++) {
+            const uint16_t *x = (const uint16_t *)xv + h * x_sh;
+            uint16_t *y = (uint16_t *)yv + h * y_sh;
+            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+                for (int64_t i = i0; i < i0 + n16; i += 16)
+                    BF16_SPLIT_STEP(_mm256_fmsub_ps, _mm256_fmadd_ps);
+            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+                for (int64_t i = i0; i < i0 + n16; i += 16)
+                    BF16_SPLIT_STEP(_mm256_fmadd_ps, _mm256_fmsub_ps);
+            for (int64_t i = i0 + n16; i < i0 + n; i++) { /* leftovers: < 16 pairs */
+                const float c = cos[i], s = inverse ? -sin[i] : sin[i];
+                const float x0 = ld1_bf16(x + i), x1 = ld1_bf16(x + i + half);
+                st1_bf16(y + i, __builtin_fmaf(x0, c, -(x1 * s)));
+                st1_bf16(y + i + half, __builtin_fmaf(x1, c, x0 * s));
+            }
+        }
+    }
+}
 
 /* ---- float64: float64 arithmetic, float32 table entries widened ---------- */
 

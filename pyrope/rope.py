@@ -100,8 +100,13 @@ class Rope:
 
         ``auto`` and ``table`` use the Rope's cached rows when the positions
         span at most the cache bound; wider spans are computed on the fly
-        (``auto``) or get rows built for this call only (``table``)."""
+        (``auto``, when rotary_dim/2 fits the kernel's on-the-fly row) or get
+        rows built for this call only."""
+        otf_ok = self._rotary_dim // 2 <= lib.ROPE_MAX_OTF_HALF
         if angles == "on_the_fly":
+            if not otf_ok:
+                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * lib.ROPE_MAX_OTF_HALF}, "
+                                 f"got rotary_dim={self._rotary_dim}; use angles='auto' or 'table'")
             return None, positions
         if positions is None:
             lo, hi = offset, offset + n_seq
@@ -110,7 +115,7 @@ class Rope:
         window = self._tables.lookup(lo, hi)
         if window is not None:
             return (window[2], window[3], window[0]), positions
-        if angles == "auto":
+        if angles == "auto" and otf_ok:
             return None, positions
         if positions is None:
             cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor)

@@ -101,6 +101,18 @@ def test_angles_must_be_known():
         rope.apply(np.ones((1, 1, 8), np.float32), angles="fast")
 
 
+def test_wide_heads_never_go_on_the_fly(rng):
+    # rotary_dim/2 = 550 exceeds the kernel's on-the-fly row: auto builds rows instead.
+    rope = Rope(1100, layout="split_half")
+    x = rng.standard_normal((2, 1, 1100)).astype(np.float32)
+    pos = [0, 2**31 - 1]  # wider than the cache: no cached window
+    got = rope.apply(x, pos)
+    for s in range(2):
+        assert np.array_equal(bits(got[s]), bits(rope.apply(x[s:s + 1], pos[s:s + 1], angles="table")[0]))
+    with pytest.raises(ValueError, match="angles='on_the_fly' needs rotary_dim <= 1024, got rotary_dim=1100"):
+        rope.apply(x, pos, angles="on_the_fly")
+
+
 def test_decode_steps_equal_one_prefill(rng):
     # The cache grows step by step; every row must equal the one a prefill builds.
     rope = Rope(64, layout="split_half")
