@@ -283,7 +283,6 @@ EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
 EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
-EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_bf16_avx2, BF16)
 
 /* ---- bfloat16, split half: whole-vector widening ------------------------------
  *
@@ -348,6 +347,50 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
                 const float x0 = ld1_bf16(x + i), x1 = ld1_bf16(x + i + half);
                 st1_bf16(y + i, __builtin_fmaf(x0, c, -(x1 * s)));
                 st1_bf16(y + i + half, __builtin_fmaf(x1, c, x0 * s));
+            }
+        }
+    }
+}
+
+/* bfloat16, interleaved: the same widening. unpacklo/hi of 8 cos values with
+ * themselves give [c0 c0 c1 c1 | c4 c4 c5 c5] and [c2 c2 c3 c3 | c6 c6 c7 c7]:
+ * the duplicated row already in the widened lane order. Pairs stay adjacent,
+ * so fmaddsub works on the widened vectors as on float32 ones. */
+ROPE_AVX2 void rope_rot_il_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
+                                     int64_t n_heads, const float *cos, const float *sin,
+                                     int64_t half, int inverse)
+{
+    float cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];
+    const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);
+    for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
+        const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
+        const int64_t n8 = n & ~(int64_t)7;
+        for (int64_t i = 0; i < n8; i += 8) {
+            const __m256 c8 = _mm256_loadu_ps(cos + i0 + i);
+            const __m256 s8 = _mm256_xor_ps(_mm256_loadu_ps(sin + i0 + i), sign);
+            _mm256_storeu_ps(cc + 2 * i, _mm256_unpacklo_ps(c8, c8));
+            _mm256_storeu_ps(cc + 2 * i + 8, _mm256_unpackhi_ps(c8, c8));
+            _mm256_storeu_ps(ss + 2 * i, _mm256_unpacklo_ps(s8, s8));
+            _mm256_storeu_ps(ss + 2 * i + 8, _mm256_unpackhi_ps(s8, s8));
+        }
+        for (int64_t h = 0; h < n_heads; h++) {
+            const uint16_t *x = (const uint16_t *)xv + h * x_sh + 2 * i0;
+            uint16_t *y = (uint16_t *)yv + h * y_sh + 2 * i0;
+            for (int64_t j = 0; j < 2 * n8; j += 16) {
+                __m256 a, b;
+                bf16_widen16(x + j, &a, &b);
+                /* even lanes: x0*c - x1*s, odd lanes: x1*c + x0*s */
+                const __m256 ya = _mm256_fmaddsub_ps(a, _mm256_loadu_ps(cc + j),
+                    _mm256_mul_ps(_mm256_permute_ps(a, 0xB1), _mm256_loadu_ps(ss + j)));
+                const __m256 yb = _mm256_fmaddsub_ps(b, _mm256_loadu_ps(cc + j + 8),
+                    _mm256_mul_ps(_mm256_permute_ps(b, 0xB1), _mm256_loadu_ps(ss + j + 8)));
+                bf16_narrow16(y + j, ya, yb);
+            }
+            for (int64_t i = n8; i < n; i++) { /* leftovers: < 8 pairs */
+                const float c = cos[i0 + i], s = inverse ? -sin[i0 + i] : sin[i0 + i];
+                const float x0 = ld1_bf16(x + 2 * i), x1 = ld1_bf16(x + 2 * i + 1);
+                st1_bf16(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));
+                st1_bf16(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));
             }
         }
     }
