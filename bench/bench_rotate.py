@@ -32,7 +32,7 @@ import pytest
 import pyrope
 from pyrope import Rope, _kernel, reference
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+import ml_dtypes  # noqa: E402 - the bench extra installs it
 try:
     import torch
 except ImportError:  # pragma: no cover - optional peer

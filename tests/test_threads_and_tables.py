@@ -11,7 +11,7 @@ import pyrope
 from pyrope import Rope, _kernel
 from pyrope._table_cache import TableCache
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+import ml_dtypes  # noqa: E402 - the test extra installs it
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -166,3 +166,21 @@ def test_concurrent_calls_from_python_threads(rng):
         t.join()
     for a, b in zip(got, want):
         assert np.array_equal(bits(a), bits(b))
+
+
+def test_works_without_ml_dtypes():
+    # ml_dtypes is an extra: without it pyrope imports and rotates the other dtypes.
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import numpy as np, pyrope\n"
+            "r = pyrope.Rope(8, layout='split_half')\n"
+            "y = r.apply(np.ones((2, 1, 8), np.float16), offset=3)\n"
+            "assert y.dtype == np.float16 and np.isfinite(y).all()\n"
+            "try:\n"
+            "    r.apply(np.ones((2, 1, 8), np.int8))\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "bfloat16 needs the ml_dtypes package" in out.stdout
