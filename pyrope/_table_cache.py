@@ -40,6 +40,10 @@ class TableCache:
         self.window = None  # (start, stop, cos, sin, cos_ptr, sin_ptr): replaced, never mutated
         self.inv_freq_ptr = _kernel.ffi.from_buffer("double[]", inv_freq)
 
+    def __reduce__(self):
+        """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
+        return (TableCache, (self._inv_freq, self._scale))
+
     def lookup(self, lo, hi):
         """A window ``(start, stop, cos, sin, cos_ptr, sin_ptr)`` covering positions ``lo..hi-1``,
         or None when that span is wider than the bound."""

@@ -184,3 +184,14 @@ def test_works_without_ml_dtypes():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
     assert "bfloat16 needs the ml_dtypes package" in out.stdout
+
+
+def test_rope_with_cached_rows_pickles_and_copies(rng):
+    import copy
+    import pickle
+    rope = Rope(16, layout="interleaved", rotary_dim=12)
+    x = rng.standard_normal((1, 5, 2, 16)).astype(np.float32)
+    want = rope.apply(x, offset=9)  # fills the cache
+    for clone in (pickle.loads(pickle.dumps(rope)), copy.deepcopy(rope), copy.copy(rope)):
+        assert clone.layout == "interleaved" and clone.rotary_dim == 12
+        assert np.array_equal(bits(clone.apply(x, offset=9)), bits(want))
