@@ -226,3 +226,26 @@ def test_c_entry_points_check_their_arguments():
     assert lib.rope_rotate_qk(lib.ROPE_F32, lib.ROPE_INTERLEAVED, 0, p, p, 1, 16, 8, 8, 16, 8, 8,
                               pk, pk, -1, 48, 24, 8, 48, 24, 8, 1, 2, 8, 8,
                               ffi.NULL, 0, 0, 0, cp, sp, 0, 2, inv, 1.0, 2) == lib.ROPE_E_COUNT
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_fast_path_equals_general_path(isa, dtype, rng):
+    # Contiguous arrays with offset= take the per-shape fast path once rows are
+    # cached; the same data through a strided view takes the general path.
+    rope = Rope(32, layout="split_half", rotary_dim=24)
+    for seq_axis, shape in ((-3, (2, 5, 3, 32)), (-2, (2, 3, 5, 32))):
+        q = rng.standard_normal(shape).astype(dtype)
+        k_shape = (2, 5, 1, 32) if seq_axis == -3 else (2, 1, 5, 32)   # one k head
+        k = rng.standard_normal(k_shape).astype(dtype)
+        rope.apply(q, offset=40, seq_axis=seq_axis)          # fills the cache
+        slow_q = rope.apply(np.asfortranarray(q), offset=40, seq_axis=seq_axis)
+        slow_k = rope.apply(np.asfortranarray(k), offset=40, seq_axis=seq_axis)
+        assert np.array_equal(bits(rope.apply(q, offset=40, seq_axis=seq_axis)), bits(slow_q))
+        fq, fk = rope.apply_qk(q, k, offset=40, seq_axis=seq_axis)
+        assert np.array_equal(bits(fq), bits(slow_q)) and np.array_equal(bits(fk), bits(slow_k))
+        q2, k2 = q.copy(), k.copy()
+        rope.apply_qk(q2, k2, offset=40, seq_axis=seq_axis, out=(q2, k2))
+        assert np.array_equal(bits(q2), bits(slow_q)) and np.array_equal(bits(k2), bits(slow_k))
+        back = rope.apply(fq, offset=40, seq_axis=seq_axis, inverse=True)
+        assert np.array_equal(bits(back), bits(rope.apply(np.asfortranarray(fq), offset=40,
+                                                          seq_axis=seq_axis, inverse=True)))
