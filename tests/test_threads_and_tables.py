@@ -249,3 +249,24 @@ def test_fast_path_equals_general_path(isa, dtype, rng):
         back = rope.apply(fq, offset=40, seq_axis=seq_axis, inverse=True)
         assert np.array_equal(bits(back), bits(rope.apply(np.asfortranarray(fq), offset=40,
                                                           seq_axis=seq_axis, inverse=True)))
+
+
+def test_pool_survives_fork():
+    # A child forked after the pool started has no workers: it must start its
+    # own (or run alone), never wait for the parent's.
+    code = ("import os, numpy as np, pyrope\n"
+            "pyrope.set_num_threads(2)\n"
+            "r = pyrope.Rope(64, layout='split_half')\n"
+            "x = np.ones((4, 512, 8, 64), np.float32)\n"
+            "want = r.apply(x, offset=5)\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    ok = np.array_equal(r.apply(x, offset=5), want)\n"
+            "    os._exit(0 if ok else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "print('child', os.waitstatus_to_exitcode(status))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=root, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "child 0", (out.stdout, out.stderr)
