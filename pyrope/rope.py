@@ -152,6 +152,27 @@ class Rope:
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False))
 
+    # ---- cached keys (pyrope.cache) ------------------------------------------
+
+    def rerotate(self, k, from_positions, to_positions, *, seq_axis=-3):
+        """Move keys this rope rotated at ``from_positions`` to ``to_positions``,
+        in place, in one pass (context shifting). Returns ``k``.
+
+        Fixes this layer's cached keys only: see :func:`pyrope.cache.rerotate`.
+        """
+        from .cache import rerotate
+        return rerotate(self, k, from_positions, to_positions, seq_axis=seq_axis)
+
+    def convert_keys(self, k, positions, to_rope, *, seq_axis=-3, out=None):
+        """Re-express keys this rope rotated at ``positions`` under ``to_rope``'s
+        frequency rule (dynamic NTK, LongRoPE short to long) without re-prefill.
+
+        Fixes this layer's keys, not hidden states computed under the old rule:
+        see :func:`pyrope.cache.convert_keys`.
+        """
+        from .cache import convert_keys
+        return convert_keys(self, k, positions, to_rope, seq_axis=seq_axis, out=out)
+
 
 class _Job:
     """One validated call: arrays to rotate, their outputs and the positions."""
