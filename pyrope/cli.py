@@ -16,6 +16,15 @@ def build_parser():
     demo.add_argument("--dim", type=int, default=64, help="head dimension (even), default 64")
     demo.add_argument("--base", type=float, default=10000.0, help="RoPE base, default 10000")
     demo.add_argument("--window", type=int, default=4096, help="window for the turns column")
+    check = sub.add_parser(
+        "check", help="self-check a rope: rule, norm, relative positions, inverse",
+        description="Rotate sample vectors and verify the rope against independent computations.\n\n"
+                    "example: pyrope check --head-dim 128 --layout split_half --base 500000",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("--head-dim", type=int, required=True, help="head dimension (even)")
+    check.add_argument("--layout", required=True, choices=["split_half", "interleaved"], help="pair layout")
+    check.add_argument("--base", type=float, default=10000.0, help="RoPE base, default 10000")
+    check.add_argument("--rotary-dim", type=int, default=None, help="rotated prefix (default head dim)")
     return parser
 
 
@@ -27,6 +36,12 @@ def main(argv=None):
         if args.command == "demo":
             from .demo import render
             print(render(args.dim, args.base, args.window))
+        elif args.command == "check":
+            from .check import sanity
+            from .rope import Rope
+            report = sanity(Rope(args.head_dim, layout=args.layout, base=args.base, rotary_dim=args.rotary_dim))
+            print(report)
+            return 0 if report.ok else 1
     except RopeError as exc:
         print(f"pyrope {args.command}: {exc}", file=sys.stderr)
         return 2
