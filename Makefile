@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test build bench sanitize clean
+.PHONY: demo test install install-test build bench sanitize fuzz clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -43,3 +43,17 @@ sanitize: install-test
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys
+
+# Coverage-guided fuzzing of the C entry points (libFuzzer, clang) for
+# FUZZ_SECONDS. New coverage is merged into tests/fuzz/corpus; a crashing
+# input is written to tests/fuzz/regressions/, which the test suite replays
+# (tests/test_fuzz_replay.py) once it is committed.
+FUZZ_SECONDS ?= 120
+fuzz:
+	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
+	mkdir -p build/fuzz-corpus tests/fuzz/regressions
+	clang -std=c11 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -o build/fuzz_rope
+	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
+	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus
