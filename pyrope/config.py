@@ -27,7 +27,7 @@ import operator
 import os
 import pathlib
 
-from .scaling import Default, rule_from_dict
+from .scaling import Default, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "DEFAULT_BASE"]
 
@@ -116,7 +116,10 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
     if seq_len is not None:
         if isinstance(seq_len, bool):
             raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}")
-        seq_len = operator.index(seq_len)
+        try:
+            seq_len = operator.index(seq_len)
+        except TypeError:
+            raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}") from None
         if seq_len < 1:
             raise ValueError(f"config: 'seq_len' must be >= 1, got {seq_len}")
 
@@ -148,7 +151,9 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
     scaling = rule_from_dict(rope)
     if isinstance(scaling, Default):
         scaling = None
-    return {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling}
+    args = {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling}
+    resolve(**args)  # refuse now what Rope would refuse later (e.g. a factor list of the wrong length)
+    return args
 
 
 def _head_dim(cfg):
