@@ -1,0 +1,45 @@
+# pyrope: the two commands that do all set-up on a fresh machine are
+#   make demo   -- install the package and run the main demonstration
+#   make test   -- install what the tests need and run the whole suite
+PYTHON ?= python3
+PIP = $(PYTHON) -m pip --disable-pip-version-check
+
+.PHONY: demo test install install-test build bench sanitize clean
+
+install:            ## the package, editable, with its runtime dependencies
+	$(PIP) install --quiet -e .
+
+install-test:       ## the package plus everything the tests need
+	$(PIP) install --quiet -e ".[test]"
+
+demo: install
+	$(PYTHON) -m pyrope demo
+
+test: install-test
+	$(PYTHON) -m pytest -q
+
+build:              ## build the C extension in place (no install)
+	$(PYTHON) pyrope/_build.py
+
+bench: install-test
+	$(PYTHON) -m pytest bench -q --benchmark-only --benchmark-columns=median,iqr,rounds
+
+clean:
+	rm -rf build *.egg-info pyrope/_pyrope_cffi* .pytest_cache .benchmarks
+
+# The C core under AddressSanitizer + UndefinedBehaviorSanitizer: a separate
+# build in build/sanitize (the normal in-place build is left alone), then the
+# test suite with both kernels, with the ASan runtime preloaded into Python.
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+SAN_DIR = build/sanitize
+sanitize: install-test
+	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
+	cp -r pyrope csrc tests pyproject.toml $(SAN_DIR)/
+	rm -f $(SAN_DIR)/pyrope/_pyrope_cffi*
+	cd $(SAN_DIR) && PYROPE_CFLAGS="$(SAN_FLAGS)" PYROPE_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) pyrope/_build.py
+	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  $(PYTHON) -c "import pyrope, sys; assert pyrope.__file__.startswith('$(CURDIR)/$(SAN_DIR)'), pyrope.__file__" && \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys

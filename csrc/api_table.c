@@ -1,0 +1,53 @@
+/* Public entry points for cos/sin tables: check, then run the chosen kernel. */
+#include "pyrope.h"
+#include "kernels.h"
+
+int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
+                            double scale, const float *cos_out, const float *sin_out)
+{
+    if (n_pos < 0 || n_freq < 0)
+        return ROPE_E_COUNT;
+    if (n_pos == 0 || n_freq == 0)
+        return ROPE_OK;
+    if (!inv_freq || !cos_out || !sin_out)
+        return ROPE_E_NULL;
+    int64_t total;
+    if (__builtin_mul_overflow(n_pos, n_freq, &total))
+        return ROPE_E_OVERFLOW;
+    if (!(scale - scale == 0.0))  /* NaN or infinite */
+        return ROPE_E_VALUE;
+    for (int64_t i = 0; i < n_freq; i++)
+        if (!(inv_freq[i] >= -ROPE_MAX_INV_FREQ && inv_freq[i] <= ROPE_MAX_INV_FREQ))
+            return ROPE_E_VALUE;
+    return ROPE_OK;
+}
+
+int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
+                     const double *inv_freq, int64_t n_freq, double scale,
+                     float *cos_out, float *sin_out)
+{
+    int st = rope_check_table_args(n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+    if (st != ROPE_OK || n_pos == 0 || n_freq == 0)
+        return st;
+    if (!positions)
+        return ROPE_E_NULL;
+    for (int64_t p = 0; p < n_pos; p++)
+        if (!rope_position_ok(positions[p]))
+            return ROPE_E_POSITION;
+    rope_active_kernels()->table_f32(positions, 0, n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+    return ROPE_OK;
+}
+
+int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
+                           const double *inv_freq, int64_t n_freq, double scale,
+                           float *cos_out, float *sin_out)
+{
+    int st = rope_check_table_args(n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+    if (st != ROPE_OK || n_pos == 0 || n_freq == 0)
+        return st;
+    if (!rope_position_ok(start) || n_pos - 1 > ROPE_MAX_POSITION - start)
+        return ROPE_E_POSITION;
+    rope_active_kernels()->table_f32(NULL, start, n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+    return ROPE_OK;
+}
+

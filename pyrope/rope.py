@@ -1,0 +1,294 @@
+"""``Rope``: a resolved rotary position embedding and the calls that apply it.
+
+A ``Rope`` is immutable once built: its layout, head_dim, rotary_dim,
+float64 inverse frequencies and attention factor define one position function.
+"""
+import builtins
+
+import numpy as np
+
+from . import _kernel
+from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
+                      as_layout, as_positions)
+from .errors import TypeError, ValueError
+from .scaling import resolve
+
+_MISSING = object()
+_ACCEPTED_DTYPES = (np.float32,)
+
+
+class Rope:
+    """Rotary position embedding for one attention configuration.
+
+    ``Rope(head_dim, *, layout, base=10000.0, rotary_dim=None, scaling=None)``
+
+    - ``head_dim``: size of one query/key head (positive, even).
+    - ``layout``: required, ``"split_half"`` (HF, GPT-NeoX: pairs (i, i + r/2))
+      or ``"interleaved"`` (GPT-J, Meta: pairs (2i, 2i + 1)). Weights trained
+      for one layout give wrong scores, silently, under the other.
+    - ``base``: the frequency base b, ``omega_i = b ** (-2i / rotary_dim)``.
+    - ``rotary_dim``: the rotated prefix of each head (default ``head_dim``);
+      the coordinates past it are never touched.
+    - ``scaling``: a frequency rule (``None`` for the plain rule).
+    """
+
+    __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
+                 "_attention_factor", "_resolved")
+
+    def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
+        if layout is _MISSING:
+            raise TypeError(
+                "layout is required: pass layout='split_half' (HF, GPT-NeoX) or "
+                "layout='interleaved' (GPT-J, Meta); mixing them up corrupts scores silently")
+        head_dim = as_even_dim("head_dim", head_dim)
+        layout = as_layout(layout)
+        base = as_base(base)
+        rotary_dim = head_dim if rotary_dim is None else as_even_dim("rotary_dim", rotary_dim)
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim must be at most head_dim ({head_dim}), got {rotary_dim}")
+        resolved = resolve(scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base)
+        inv_freq = np.ascontiguousarray(resolved.inv_freq, dtype=np.float64)
+        inv_freq.flags.writeable = False
+        self._head_dim = head_dim
+        self._rotary_dim = 2 * inv_freq.shape[0]
+        self._layout = layout
+        self._base = base
+        self._inv_freq = inv_freq
+        self._attention_factor = float(resolved.attention_factor)
+        self._resolved = resolved
+
+    # ---- the contract ------------------------------------------------------
+
+    head_dim = property(lambda self: self._head_dim, doc="Size of one head.")
+    rotary_dim = property(lambda self: self._rotary_dim, doc="Rotated coordinates per head.")
+    layout = property(lambda self: self._layout, doc="'split_half' or 'interleaved'.")
+    base = property(lambda self: self._base, doc="The frequency base given at construction.")
+    inv_freq = property(lambda self: self._inv_freq,
+                        doc="float64 [rotary_dim // 2] angular frequencies (read-only).")
+    attention_factor = property(lambda self: self._attention_factor,
+                                doc="Factor multiplying cos and sin (1.0 without scaling).")
+
+    def __repr__(self):
+        return (f"Rope(head_dim={self._head_dim}, layout={self._layout!r}, base={self._base!r}, "
+                f"rotary_dim={self._rotary_dim}, rule={self._resolved.rule!r}, "
+                f"attention_factor={self._attention_factor!r})")
+
+    # ---- tables ------------------------------------------------------------
+
+    def cos_sin(self, positions):
+        """float32 ``(cos, sin)`` tables for integer ``positions``.
+
+        Shape ``positions.shape + (rotary_dim // 2,)``; entry ``[..., i]`` is
+        ``attention_factor * cos(position * inv_freq[i])`` (and sin), with the
+        angle computed exactly, so the tables keep full float32 accuracy at any
+        position up to 2**31 - 1. No duplicated halves: layouts share tables.
+        """
+        pos = as_positions("positions", positions)
+        flat = np.ascontiguousarray(pos.reshape(-1))
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
+        shape = pos.shape + (self._rotary_dim // 2,)
+        return cos.reshape(shape), sin.reshape(shape)
+
+    def _table_for(self, positions, offset, n_seq):
+        """(cos, sin, first position) covering every position used, and the
+        positions to hand to C (possibly renumbered into table rows)."""
+        if positions is None:
+            cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor)
+            return (cos, sin, offset), None
+        lo, hi = int(positions.min()), int(positions.max())
+        span = hi - lo + 1
+        if span <= max(2 * positions.size, 64):
+            cos, sin = _kernel.cos_sin_range(lo, span, self._inv_freq, self._attention_factor)
+            return (cos, sin, lo), positions
+        # Sparse positions (packed sequences far apart): one row per token.
+        flat = np.ascontiguousarray(positions.reshape(-1))
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
+        rows = np.arange(flat.size, dtype=np.int64).reshape(positions.shape)
+        return (cos, sin, 0), rows
+
+    # ---- rotation ----------------------------------------------------------
+
+    def apply(self, x, positions=None, *, offset=0, seq_axis=-3, out=None, inverse=False):
+        """Rotate query or key vectors by their positions.
+
+        - ``x``: float32 ndarray ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``,
+          the default; ``[seq, heads, head_dim]`` has no batch) or
+          ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``). Any strides.
+        - ``positions``: ``None`` for ``offset + arange(seq)`` (decode with a KV
+          cache passes ``offset=`` the cache length), or integer positions of
+          shape ``[seq]`` or ``[*batch, seq]`` (left padding, packed sequences).
+        - ``out``: ``None`` returns a new array; ``out=x`` rotates in place;
+          another array of x's shape and dtype receives the result.
+        - ``inverse``: rotate by minus the angle (undoes ``apply``).
+
+        Returns the rotated array (``out`` when given). Coordinates past
+        ``rotary_dim`` are copied unchanged. Raises ``TypeError``/``ValueError``
+        naming the argument before anything is written.
+        """
+        job = _Job(self, positions, offset, seq_axis)
+        job.add("x", x, out, "out")
+        return job.run(inverse)[0]
+
+    def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None):
+        """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
+
+        ``q`` and ``k`` share batch and sequence shape and may differ in head
+        count (grouped-query attention). ``out`` is ``None`` or a pair
+        ``(q_out, k_out)``; ``out=(q, k)`` rotates both in place. Values are
+        never rotated: pass only q and k. See :meth:`apply` for the rest.
+        """
+        if out is None:
+            q_out = k_out = None
+        elif isinstance(out, (tuple, list)) and len(out) == 2:
+            q_out, k_out = out
+        else:
+            raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
+        job = _Job(self, positions, offset, seq_axis)
+        job.add("q", q, q_out, "out[0]")
+        job.add("k", k, k_out, "out[1]")
+        if q.dtype != k.dtype:
+            raise TypeError(f"q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        if q.shape[:-2] != k.shape[:-2] if seq_axis == -3 else (q.shape[:-3] + q.shape[-2:-1] != k.shape[:-3] + k.shape[-2:-1]):
+            raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
+        return tuple(job.run(False))
+
+
+class _Job:
+    """One validated call: arrays to rotate, their outputs and the positions."""
+
+    def __init__(self, rope, positions, offset, seq_axis):
+        self.rope = rope
+        if isinstance(seq_axis, (bool, np.bool_)) or as_int("seq_axis", seq_axis) not in (-3, -2):
+            raise ValueError(f"seq_axis must be -3 ([..., seq, heads, dim]) or -2 ([..., heads, seq, dim]), got {seq_axis!r}")
+        self.seq_axis = int(seq_axis)
+        self.offset = as_int("offset", offset)
+        self.positions = positions
+        if positions is not None and self.offset != 0:
+            raise ValueError(f"pass either positions or offset, not both (offset={self.offset})")
+        self.items = []
+
+    def add(self, name, x, out, out_name):
+        rope = self.rope
+        as_float_array(name, x, _ACCEPTED_DTYPES)
+        if x.ndim < 3:
+            raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
+                             f"got shape {x.shape}")
+        if x.shape[-1] != rope.head_dim:
+            raise ValueError(f"{name}.shape[-1] must equal head_dim={rope.head_dim}, got shape {x.shape}")
+        if out is not None:
+            as_float_array(out_name, out, (x.dtype,))
+            if out.shape != x.shape:
+                raise ValueError(f"{out_name} must have the shape of {name} {x.shape}, got {out.shape}")
+            if not out.flags.writeable:
+                raise ValueError(f"{out_name} is read-only")
+        self.items.append((name, x, out))
+
+    def _positions_2d(self, batch_shape, n_seq):
+        """Positions as int64 [B or 1, seq] (or None for offset mode)."""
+        if self.positions is None:
+            if self.offset < -MAX_POSITION or self.offset + max(n_seq - 1, 0) > MAX_POSITION:
+                raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, seq={n_seq}")
+            return None
+        pos = as_positions("positions", self.positions)
+        if pos.ndim == 0 or pos.shape[-1] != n_seq:
+            raise ValueError(f"positions must have shape [seq] or [*batch, seq] with seq={n_seq}, got {pos.shape}")
+        if pos.ndim == 1:
+            return np.ascontiguousarray(pos.reshape(1, n_seq))
+        try:
+            full = np.broadcast_to(pos, tuple(batch_shape) + (n_seq,))
+        except builtins.ValueError:
+            raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
+                             f"and seq {n_seq}") from None
+        return np.ascontiguousarray(full.reshape(-1, n_seq))
+
+    def run(self, inverse):
+        rope = self.rope
+        views = []
+        batch_shape = n_seq = None
+        for name, x, out in self.items:
+            tok = x if self.seq_axis == -3 else np.swapaxes(x, -3, -2)   # [*batch, seq, heads, dim]
+            if batch_shape is None:
+                batch_shape, n_seq = tok.shape[:-3], tok.shape[-3]
+            results = out if out is not None else np.empty_like(x)
+            views.append((tok, results))
+        positions = self._positions_2d(batch_shape, n_seq)
+        outputs = [r for _, r in views]
+        if any(t.size == 0 for t, _ in views):
+            for (tok, res), (_, x, out) in zip(views, self.items):
+                if out is None or out is not x:
+                    res[...] = x
+            return outputs
+        table, c_positions = rope._table_for(positions, self.offset, n_seq)
+        for (_, x, out), result in zip(self.items, outputs):
+            _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
+        return outputs
+
+
+def _same_memory(a, b):
+    """True when ``b`` is exactly ``a``'s memory: same first element and strides."""
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.strides == b.strides)
+
+
+def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
+    """Rotate ``x`` into ``result`` whatever their strides, via the C kernel."""
+    in_place = result is x or _same_memory(x, result)
+    if not in_place and np.shares_memory(x, result):
+        x = x.copy()  # partial overlap: behave as if out did not overlap x
+    src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
+    dst = result if seq_axis == -3 else np.swapaxes(result, -3, -2)
+    if in_place:
+        dst = src
+    # The kernel wants a contiguous last axis and aligned, whole-element
+    # strides; anything else goes through a contiguous copy (documented).
+    if not _kernel_friendly(dst):
+        tmp = np.array(src, order="C")  # a fresh, aligned copy
+        _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
+        dst[...] = tmp
+        return
+    if not _kernel_friendly(src):
+        src = np.array(src, order="C")
+    _rotate_batched(rope, src, dst, inverse, positions, offset, table)
+
+
+def _kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
+    item = a.itemsize
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
+
+
+def _rotate_batched(rope, src, dst, inverse, positions, offset, table):
+    """Collapse the batch dims of [*batch, seq, heads, dim] views into one axis
+    when strides allow, else loop over the leading batch axis."""
+    n_batch_dims = src.ndim - 3
+    if n_batch_dims == 0:
+        _kernel.rotate(src[None], dst[None], rope.layout, inverse, rope.rotary_dim,
+                       positions, offset, table, rope.inv_freq, rope.attention_factor)
+        return
+    s4, d4 = _merge_batch(src), _merge_batch(dst)
+    if s4 is not None and d4 is not None:
+        _kernel.rotate(s4, d4, rope.layout, inverse, rope.rotary_dim, positions, offset, table,
+                       rope.inv_freq, rope.attention_factor)
+        return
+    # Unmergeable batch strides: one leading index at a time.
+    inner = int(np.prod(src.shape[1:-3], dtype=np.int64))
+    for i in range(src.shape[0]):
+        pos_i = positions
+        if positions is not None and positions.shape[0] != 1:
+            pos_i = positions[i * inner:(i + 1) * inner]
+        _rotate_batched(rope, src[i], dst[i], inverse, pos_i, offset, table)
+
+
+def _merge_batch(a):
+    """View [*batch, seq, heads, dim] as [B, seq, heads, dim] without copying, or None."""
+    batch = a.shape[:-3]
+    n = int(np.prod(batch, dtype=np.int64))
+    dims = [(size, stride) for size, stride in zip(batch, a.strides[:-3]) if size != 1]
+    stride = dims[-1][1] if dims else 0
+    for (size_outer, stride_outer), (size_inner, stride_inner) in zip(dims, dims[1:]):
+        if stride_outer != stride_inner * size_inner:
+            return None
+    return np.lib.stride_tricks.as_strided(a, (n,) + a.shape[-3:], (stride,) + a.strides[-3:],
+                                           writeable=a.flags.writeable)
