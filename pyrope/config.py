@@ -19,6 +19,7 @@ A value given in two places must agree, else ``ValueError`` names both.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import json
 import math
@@ -27,6 +28,7 @@ import operator
 import os
 import pathlib
 
+from .errors import TypeError, ValueError
 from .scaling import Default, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "DEFAULT_BASE"]
@@ -118,7 +120,7 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
             raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}")
         try:
             seq_len = operator.index(seq_len)
-        except TypeError:
+        except builtins.TypeError:
             raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}") from None
         if seq_len < 1:
             raise ValueError(f"config: 'seq_len' must be >= 1, got {seq_len}")

@@ -27,12 +27,14 @@ fingerprint everywhere.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import hashlib
 import json
 import math
 import numbers
 
+from .errors import TypeError, ValueError
 from .scaling import Resolved
 
 __all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "canonical_json"]
@@ -158,7 +160,7 @@ def _from_hex(key, text):
         raise ValueError(f"contract: {key!r} must be a float.hex() string, got {text!r}")
     try:
         value = float.fromhex(text)
-    except (ValueError, OverflowError):
+    except (builtins.ValueError, builtins.OverflowError):
         raise ValueError(f"contract: {key!r} is not a hex float: {text!r}") from None
     if not math.isfinite(value):
         raise ValueError(f"contract: {key!r} must be finite, got {text!r}")

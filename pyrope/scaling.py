@@ -6,7 +6,9 @@ factor that multiplies cos and sin, and the rule's resolved parameters.
 
 ``scaling`` is ``None`` (original RoPE), a transformers-style dict
 (``{"rope_type": "yarn", "factor": 4.0, ...}``, ``"type"`` accepted as the old
-spelling) or one of the rule objects below.  Dict keys are the rule objects'
+spelling), a rule name alone for rules without required keys
+(``"proportional"``), one of the rule objects below, or an already
+:class:`Resolved` (taken as is, e.g. from a contract).  Dict keys are the rule objects'
 field names, plus ``rope_type``/``type`` and, as in transformers 5's
 ``rope_parameters``, ``rope_theta`` and ``partial_rotary_factor`` (checked
 against ``base`` and ``rotary_dim``).  Unknown rules, unknown keys, missing
@@ -22,6 +24,7 @@ transformers rounds through float32.
 
 from __future__ import annotations
 
+import builtins
 import math
 import numbers
 import operator
@@ -29,6 +32,8 @@ from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
 import numpy as np
+
+from .errors import TypeError, ValueError
 
 __all__ = [
     "Resolved",
@@ -131,7 +136,7 @@ def _positive_int(name, value, rule):
         raise TypeError(f"{rule}: {name!r} must be an int, got {value!r}")
     try:
         out = operator.index(value)
-    except TypeError:
+    except builtins.TypeError:
         raise TypeError(f"{rule}: {name!r} must be an int, got {value!r} ({type(value).__name__})") from None
     if out < 1:
         raise ValueError(f"{rule}: {name!r} must be >= 1, got {out}")
@@ -586,7 +591,9 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
     """Resolve ``scaling`` for a head into frequencies and attention factor.
 
     ``scaling``: ``None`` (original RoPE), a transformers-style dict (see
-    :func:`rule_from_dict`) or a rule object (``Linear(8.0)``, ``Yarn(...)`` ...).
+    :func:`rule_from_dict`), a rule name (``"proportional"``), a rule object
+    (``Linear(8.0)``, ``Yarn(...)`` ...) or a :class:`Resolved`, returned as is
+    when its ``rotary_dim`` is ``rotary_dim`` (or ``head_dim``).
     ``head_dim``: coordinates per head; ``rotary_dim``: how many of them rotate
     (even, 2 .. head_dim); ``base``: RoPE base (``rope_theta``), > 1.
     Returns a :class:`Resolved`.  ``ValueError``/``TypeError`` name the argument
@@ -602,6 +609,13 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
     if base <= 1.0:
         raise ValueError(f"resolve: 'base' must be > 1, got {base}")
 
+    if isinstance(scaling, Resolved):
+        if scaling.rotary_dim not in (rotary_dim, head_dim) or scaling.rotary_dim > head_dim:
+            raise ValueError(f"resolve: a Resolved with rotary_dim {scaling.rotary_dim} does not fit "
+                             f"rotary_dim={rotary_dim}, head_dim={head_dim}")
+        return scaling
+    if isinstance(scaling, str):
+        scaling = {"rope_type": scaling}
     if scaling is None:
         rule = Default()
     elif isinstance(scaling, dict):
@@ -611,8 +625,8 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
         rule = scaling
     else:
         raise TypeError(
-            f"resolve: 'scaling' must be None, a dict or a rule object ({', '.join(c.__name__ for c in RULES.values())}), "
-            f"got {type(scaling).__name__}"
+            f"resolve: 'scaling' must be None, a rule name, a dict, a Resolved or a rule object "
+            f"({', '.join(c.__name__ for c in RULES.values())}), got {type(scaling).__name__}"
         )
     return rule._resolve(head_dim, rotary_dim, base)
 

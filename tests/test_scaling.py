@@ -415,7 +415,8 @@ BAD = [
     (None, {"base": 1.0}, ValueError, "base"),
     (None, {"base": "10000"}, TypeError, "base"),
     (None, {"base": float("nan")}, ValueError, "base"),
-    ("yarn", {}, TypeError, "scaling"),
+    ("nope", {}, ValueError, "'nope'"),
+    ("yarn", {}, ValueError, "original_max_position_embeddings"),
     ([("rope_type", "linear")], {}, TypeError, "scaling"),
 ]
 
