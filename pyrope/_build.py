@@ -17,9 +17,10 @@ SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2
 # C11, warnings on, no global -march: SIMD comes from function target
 # attributes. -ffp-contract=off keeps the scalar kernel's roundings exactly as
 # written, which is what makes it the specification of the SIMD kernels.
-# PYROPE_CFLAGS adds flags (the sanitizer build uses it).
+# PYROPE_CFLAGS / PYROPE_LDFLAGS add flags (the sanitizer build uses them).
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fno-math-errno"]
 CFLAGS += os.environ.get("PYROPE_CFLAGS", "").split()
+LDFLAGS = os.environ.get("PYROPE_LDFLAGS", "").split()
 
 
 def _cdef_from_header(path):
@@ -41,6 +42,7 @@ ffibuilder.set_source(
     sources=[os.path.relpath(os.path.join(CSRC, s)) for s in SOURCES],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=CFLAGS,
+    extra_link_args=LDFLAGS,
     libraries=["m"] if sys.platform != "win32" else [],
 )
 

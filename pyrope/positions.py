@@ -27,7 +27,6 @@ from ._checks import MAX_POSITION, as_even_dim, as_int, as_positions
 from ._explicit import explicit_rope
 from .errors import TypeError, ValueError
 from .rope import Rope
-from .scaling import default_inv_freq
 
 CONVENTIONS = ("prefix", "proportional", "offset")
 
@@ -106,7 +105,9 @@ def proportional_inv_freq(head_dim, rotary_dim, base=10000.0):
     rotary_dim = as_even_dim("rotary_dim", rotary_dim)
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be at most head_dim ({head_dim}), got {rotary_dim}")
-    inv = default_inv_freq(head_dim, float(base)).copy()
+    # Written out here, independent of pyrope.scaling (whose Proportional rule
+    # is tested to agree): exponents over the whole head.
+    inv = 1.0 / (float(base) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
     inv[rotary_dim // 2:] = 0.0
     return inv
 

@@ -10,6 +10,9 @@ import numpy as np
 from . import _kernel
 from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
+from .config import rope_arguments_from_hf_config
+from .contract import fingerprint as _fingerprint
+from .contract import make_contract, resolved_from_contract
 from .errors import TypeError, ValueError
 from .scaling import resolve
 
@@ -29,11 +32,18 @@ class Rope:
     - ``base``: the frequency base b, ``omega_i = b ** (-2i / rotary_dim)``.
     - ``rotary_dim``: the rotated prefix of each head (default ``head_dim``);
       the coordinates past it are never touched.
-    - ``scaling``: a frequency rule (``None`` for the plain rule).
+    - ``scaling``: a frequency rule: ``None`` for the plain rule, a
+      transformers-style dict (``{"rope_type": "yarn", "factor": 4.0, ...}``),
+      a rule object from ``pyrope.scaling`` or a resolved rule
+      (see ``pyrope.scaling.resolve``).
+
+    ``Rope.from_hf_config`` builds one from a model's ``config.json``;
+    ``rope.contract()`` states what it computes, ``rope.fingerprint`` hashes
+    that, and ``Rope.from_contract`` rebuilds the identical rope.
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved")
+                 "_attention_factor", "_resolved", "_fingerprint")
 
     def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
         if layout is _MISSING:
@@ -56,6 +66,52 @@ class Rope:
         self._inv_freq = inv_freq
         self._attention_factor = float(resolved.attention_factor)
         self._resolved = resolved
+        self._fingerprint = None
+
+    @classmethod
+    def from_hf_config(cls, config, *, layout="split_half", seq_len=None, layer_type=None):
+        """The Rope of a transformers model config.
+
+        ``config``: a dict, a path to ``config.json`` (or its folder), or a
+        transformers config object; both the transformers-4 (``rope_scaling``)
+        and transformers-5 (``rope_parameters``) styles are read.
+        ``layout``: ``"split_half"`` for transformers checkpoints (their
+        ``rotate_half``); pass ``"interleaved"`` for GPT-J/Meta-style weights.
+        ``seq_len``: current length, for dynamic NTK and LongRoPE, whose
+        frequencies depend on it. ``layer_type``: the entry of a per-layer-type
+        ``rope_parameters``. See ``pyrope.config.rope_arguments_from_hf_config``.
+        """
+        args = rope_arguments_from_hf_config(config, seq_len=seq_len, layer_type=layer_type)
+        return cls(**args, layout=layout)
+
+    @classmethod
+    def from_contract(cls, contract):
+        """Rebuild the Rope a contract describes (``rope.contract()``, possibly via JSON).
+
+        The frequencies and attention factor are the contract's, bit for bit;
+        the result has the same fingerprint. Raises ``ValueError`` naming the
+        key of a malformed contract.
+        """
+        layout, head_dim, resolved = resolved_from_contract(contract)
+        base = resolved.params.get("base", 10000.0)  # informational: inv_freq is taken as is
+        return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved)
+
+    def contract(self):
+        """JSON-serialisable dict of everything that defines this position function.
+
+        Keys: format, layout, head_dim, rotary_dim, inv_freq (float.hex strings,
+        exact), attention_factor (float.hex), rule, params, original_window,
+        target_window. See ``pyrope.contract``.
+        """
+        return make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved)
+
+    @property
+    def fingerprint(self):
+        """SHA-256 hex digest of the contract's canonical form: equal exactly when
+        two ropes compute the same position function (cached keys may be shared)."""
+        if self._fingerprint is None:
+            self._fingerprint = _fingerprint(self.contract())
+        return self._fingerprint
 
     # ---- the contract ------------------------------------------------------
 
@@ -260,21 +316,24 @@ def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
     dst = result if seq_axis == -3 else np.swapaxes(result, -3, -2)
     if in_place:
         dst = src
-    # The kernel wants a contiguous last axis and whole-element strides;
-    # anything else goes through a contiguous copy (documented).
+    # The kernel wants a contiguous last axis and aligned, whole-element
+    # strides; anything else goes through a contiguous copy (documented).
     if not _kernel_friendly(dst):
-        tmp = np.ascontiguousarray(src)
+        tmp = np.array(src, order="C")  # a fresh, aligned copy
         _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
         dst[...] = tmp
         return
     if not _kernel_friendly(src):
-        src = np.ascontiguousarray(src)
+        src = np.array(src, order="C")
     _rotate_batched(rope, src, dst, inverse, positions, offset, table)
 
 
 def _kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
     item = a.itemsize
-    return a.strides[-1] == item and all(s % item == 0 for s in a.strides)
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
 
 
 def _rotate_batched(rope, src, dst, inverse, positions, offset, table):

@@ -43,21 +43,9 @@ TOLERANCE = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-5}
 
 
 def fingerprint_of(rope):
-    """A stable hash of everything that defines ``rope``'s position function.
-
-    Uses ``rope.fingerprint`` when the rope provides one; otherwise hashes
-    layout, head_dim, rotary_dim, the float64 inv_freq bytes and the
-    attention factor.
-    """
-    fp = getattr(rope, "fingerprint", None)
-    if callable(fp):
-        fp = fp()
-    if isinstance(fp, str) and fp:
-        return fp
-    h = hashlib.sha256()
-    h.update(f"{rope.layout}|{rope.head_dim}|{rope.rotary_dim}|{float(rope.attention_factor)!r}|".encode())
-    h.update(np.ascontiguousarray(rope.inv_freq, dtype="<f8").tobytes())
-    return h.hexdigest()[:16]
+    """The rope's contract fingerprint (``rope.fingerprint``): equal exactly
+    when two ropes compute the same position function."""
+    return rope.fingerprint
 
 
 class FingerprintMismatch(ValueError):

@@ -142,3 +142,12 @@ def test_offset_convention_checks_before_writing(rng):
     with pytest.raises(ValueError, match="positions"):
         pr.apply(x, positions=[0, 1], out=out)
     assert not out.any()
+
+
+@pytest.mark.parametrize("head_dim, r", [(32, 16), (64, 16), (16, 16)])
+def test_proportional_agrees_with_the_scaling_rule(head_dim, r):
+    """Two independent writings of HF v5 'proportional': the convention helper and pyrope.scaling."""
+    rule = pyrope.Rope(head_dim, layout="split_half", base=10000.0,
+                       scaling=pyrope.Proportional(partial_rotary_factor=r / head_dim))
+    pr = PartialRotary(head_dim, r, convention="proportional", layout="split_half", base=10000.0)
+    np.testing.assert_allclose(pr.rope.inv_freq, rule.inv_freq, rtol=1e-15, atol=0)
