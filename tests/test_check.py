@@ -88,3 +88,15 @@ def test_cli_check(capsys):
     assert "pyrope sanity check" in out and "result: OK" in out and "rotary_dim=32" in out
     assert main(["check", "--head-dim", "63", "--layout", "interleaved"]) == 2
     assert "head_dim must be a positive even" in capsys.readouterr().err
+    assert main(["check", "--layout", "interleaved"]) == 2
+    assert "pass --head-dim and --layout" in capsys.readouterr().err
+
+
+def test_cli_check_with_harness_and_config(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"hidden_size": 256, "num_attention_heads": 8, "rope_theta": 500000.0, '
+                   '"max_position_embeddings": 8192, "partial_rotary_factor": 0.5}')
+    assert main(["check", "--config", str(cfg), "--harness"]) == 0
+    out = capsys.readouterr().out
+    assert "rotary_dim=16" in out and "consistency harness" in out
+    assert out.count(": OK (max relative error") == 9

@@ -182,3 +182,17 @@ def test_bad_chunks(kwargs, match):
     h = Harness(pyrope.Rope(8, layout="split_half"))
     with pytest.raises(ValueError, match=match):
         h.run(h.tokens(5), **kwargs)
+
+
+def test_readme_backend_section_runs():
+    """The README's backend examples are executable as written."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text[text.index("## Using pyrope in an inference backend"):]
+    code = "\n".join(re.findall(r"```python\n(.*?)```", section, flags=re.S))
+    assert "onnx_rotary_embedding" in code and "apply_varlen" in code and "fingerprint" in code
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["y"].shape == (1, 8, 10, 64)
+    assert namespace["report"].ok, str(namespace["report"])
