@@ -100,13 +100,18 @@ def test_against_onnx_reference_and_numpy(rng, isa, shape, inter, rot, heads, wi
         np.testing.assert_array_equal(t[..., rot:], xt[..., rot:])
 
 
-def test_strided_input(rng):
+@pytest.mark.parametrize("view", ["transposed", "reversed", "broadcast"])
+def test_strided_input(rng, view):
     base = rng.standard_normal((2, 8, 3, 16)).astype(np.float32)
-    x = base.transpose(0, 2, 1, 3)[:, :, ::2]           # [2, 3, 4, 16] non-contiguous view
+    x = {"transposed": base.transpose(0, 2, 1, 3)[:, :, ::2],         # [2, 3, 4, 16] views
+         "reversed": base.transpose(0, 2, 1, 3)[::-1, ::-1, 7:3:-1],
+         "broadcast": np.broadcast_to(base[:1, :4].transpose(0, 2, 1, 3), (2, 3, 4, 16))}[view]
+    before = x.copy()
     cos, sin = onnx_caches(pyrope.Rope(16, layout="interleaved"), 10)
     pos = np.array([[0, 3, 6, 9], [1, 2, 3, 4]])
     got = onnx_rotary_embedding(x, cos, sin, pos, interleaved=1)
     np.testing.assert_allclose(got, numpy_spec(x, cos, sin, pos, 1, 0, 3), rtol=0, atol=bound(x, cos))
+    np.testing.assert_array_equal(x, before)
 
 
 @pytest.mark.parametrize("layout, inter", [("split_half", 0), ("interleaved", 1)])
