@@ -43,7 +43,7 @@ def convert_heads(x, from_layout, to_layout, *, rotary_dim=None):
     """Per-head vectors ``[..., head_dim]`` (q, k, or a per-head norm weight) in the other layout."""
     x = _as_array("x", x)
     if x.ndim < 1:
-        raise ValueError(f"x must have a head_dim axis, got a scalar")
+        raise ValueError("x must have a head_dim axis, got a scalar")
     return x[..., permutation(x.shape[-1], from_layout, to_layout, rotary_dim)]
 
 

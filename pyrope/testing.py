@@ -27,6 +27,7 @@ and 1e-6). Rotation always goes through the
 float32 kernel with identical inputs in every mode, so any correct mode
 differs from prefill only by summation order.
 """
+import copy
 import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
@@ -160,10 +161,7 @@ class KVCache:
 
     def copy(self):
         """An independent copy (what a prefix store hands out)."""
-        c = object.__new__(type(self))
-        c.__dict__.update({name: (val.copy() if isinstance(val, np.ndarray) else val)
-                           for name, val in self.__dict__.items()})
-        return c
+        return copy.deepcopy(self)
 
 
 class PagedKVCache(KVCache):
@@ -300,12 +298,16 @@ def audit_keys(rope, model, tokens, cached_keys, *, start=0, angle_tol=1e-3):
             hint = " (positions restarted at 0: a chunk or prefix boundary not continued?)"
         return KeyAudit(False, f"keys rotated at the wrong positions: token {first} (position {start + first}) "
                                f"was rotated as position {applied[first]}{hint}; {len(bad)} wrong keys", bad, applied)
-    # No integer position explains the angles: fit a frequency difference, phase = n * dw.
+    # No integer position explains the angles: fit a frequency difference, phase = n * dw,
+    # from token-to-token phase steps (free of the 2*pi ambiguity of the phase itself).
     sel = np.array(bad)
-    n = (expected[sel]).astype(np.float64)
-    unwrapped = np.unwrap(resid[sel], axis=0)
-    dw = (n @ unwrapped) / max(float(n @ n), 1e-300)
-    fit = np.max(np.abs(_wrap(unwrapped - n[:, None] * dw[None, :])))
+    n = expected[sel].astype(np.float64)
+    if sel.size >= 2:
+        dn, dphi = np.diff(n), _wrap(np.diff(resid[sel], axis=0))
+        dw = (dn @ dphi) / float(dn @ dn)
+    else:
+        dw = resid[sel[0]] / max(abs(n[0]), 1.0)
+    fit = np.max(np.abs(_wrap(resid[sel] - n[:, None] * dw[None, :])))
     if fit <= 10 * angle_tol:
         i = int(np.argmax(np.abs(dw)))
         return KeyAudit(False, f"frequency rule mismatch: the phase error of cached keys grows as "

@@ -108,6 +108,19 @@ def test_mid_sequence_frequency_change_phase_error():
     np.testing.assert_allclose(audit.delta_freq, old.inv_freq - new.inv_freq, rtol=0, atol=1e-5)
 
 
+def test_frequency_audit_past_half_a_turn_of_phase_error():
+    """Late switch: phase errors n * dw beyond pi still give the right dw."""
+    old = pyrope.Rope(16, layout="interleaved", base=10000.0)
+    new = pyrope.Rope(16, layout="interleaved", base=160000.0)
+    h = Harness(old, n_layers=1)
+    t, switch = h.tokens(64), 48
+    run = switching_decode(h, old, new, t, switch)
+    audit = audit_keys(old, h.model, run.tokens, run.cached_keys)
+    assert audit.bad_tokens == list(range(switch, 64))
+    assert np.max(np.abs(switch * (new.inv_freq - old.inv_freq))) > np.pi
+    np.testing.assert_allclose(audit.delta_freq, new.inv_freq - old.inv_freq, rtol=0, atol=1e-5)
+
+
 def test_convert_keys_fixes_layer_zero_not_later_layers():
     """The seed's point: re-rotating cached keys repairs this layer's keys, not hidden states."""
     old = pyrope.Rope(16, layout="split_half", base=10000.0)
@@ -210,3 +223,18 @@ def test_wrong_partial_rotary_convention_is_caught():
     assert not sanity(model_rope, rotate=backend.apply)["backend"].passed
     right = PartialRotary(32, 16, convention="proportional", layout="split_half")
     assert all(c.ok for c in Harness(model_rope, rotate=lambda x, p: right.apply(x, positions=p)).check())
+
+
+def test_paged_prefix_copies_are_independent():
+    h = Harness(pyrope.Rope(16, layout="split_half"))
+    t = h.tokens(14)
+    cache = h.new_cache(paged=True, block_size=4, n_blocks=8, seed=2)
+    h.run(t[:6], chunks=3, cache=cache)
+    store = PrefixStore()
+    store.save(cache)
+    kw = dict(rope_fingerprint=h.fingerprint, model_fingerprint=h.model.fingerprint)
+    first = h.run(t[6:], cache=store.load(t[:6], **kw))
+    second = h.run(t[6:], cache=store.load(t[:6], **kw))       # the store's copy was not consumed
+    ref = h.prefill(t)
+    assert h.compare(ref, first).ok and h.compare(ref, second).ok
+    assert cache.length == 6 and len(cache.block_table) == 2
