@@ -276,7 +276,7 @@ class _Job:
         except builtins.ValueError:
             raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
                              f"and seq {n_seq}") from None
-        return np.ascontiguousarray(full.reshape(-1, n_seq))
+        return np.ascontiguousarray(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq))
 
     def run(self, inverse):
         rope = self.rope
