@@ -90,9 +90,10 @@ def apply_varlen(rope, x, cu_seqlens, offsets=None, *, out=None, inverse=False):
     if not isinstance(rope, Rope):
         raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
     positions = varlen_positions(cu_seqlens, offsets)
-    if not isinstance(x, np.ndarray) or x.ndim != 3:
-        raise ValueError(f"x must be a packed [total_tokens, heads, head_dim] ndarray, got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"x must be a numpy.ndarray, got {type(x).__name__}")
+    if x.ndim != 3:
+        raise ValueError(f"x must be a packed [total_tokens, heads, head_dim] array, got shape {x.shape}")
     if x.shape[0] != positions.size:
         raise ValueError(f"x.shape[0] must equal cu_seqlens[-1]={positions.size} (total tokens), got {x.shape[0]}")
     return rope.apply(x, positions=positions, out=out, inverse=inverse)
@@ -153,17 +154,21 @@ class PartialRotary:
         """Rotate whole heads ``x`` (``[..., head_dim]``); arguments as :meth:`pyrope.Rope.apply`."""
         if self.convention != "offset":
             return self.rope.apply(x, positions, offset=offset, seq_axis=seq_axis, out=out, inverse=inverse)
-        if not isinstance(x, np.ndarray) or x.ndim < 1 or x.shape[-1] != self.head_dim:
-            raise ValueError(f"x.shape[-1] must equal head_dim={self.head_dim}, got "
-                             f"{getattr(x, 'shape', type(x).__name__)}")
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"x must be a numpy.ndarray, got {type(x).__name__}")
+        if x.ndim < 1 or x.shape[-1] != self.head_dim:
+            raise ValueError(f"x.shape[-1] must equal head_dim={self.head_dim}, got shape {x.shape}")
         lo, hi = self.dim_offset, self.dim_offset + self.rotary_dim
         # Rotate the slice out of place first: every check runs before we write.
         rotated = self.rope.apply(x[..., lo:hi], positions, offset=offset, seq_axis=seq_axis, inverse=inverse)
         if out is None:
             out = x.copy()
         else:
-            if not isinstance(out, np.ndarray) or out.shape != x.shape or out.dtype != x.dtype:
-                raise ValueError(f"out must be an ndarray of x's shape {x.shape} and dtype {x.dtype}")
+            if not isinstance(out, np.ndarray) or out.dtype != x.dtype:
+                raise TypeError(f"out must be an ndarray of x's dtype {x.dtype}, got "
+                                f"{getattr(out, 'dtype', type(out).__name__)}")
+            if out.shape != x.shape:
+                raise ValueError(f"out must have the shape of x {x.shape}, got {out.shape}")
             if not out.flags.writeable:
                 raise ValueError("out is read-only")
             if out is not x:

@@ -67,6 +67,8 @@ def test_apply_varlen_equals_per_sequence_calls(rng, layout, with_offsets):
     (lambda: varlen_positions([0, 3], offsets=[2**31 - 2]), ValueError, "offsets\\[0\\] \\+ length - 1"),
     (lambda: apply_varlen(pyrope.Rope(8, layout="split_half"), np.zeros((4, 1, 8), np.float32), [0, 3]),
      ValueError, "cu_seqlens\\[-1\\]=3"),
+    (lambda: apply_varlen(pyrope.Rope(8, layout="split_half"), [[[0.0] * 8]], [0, 1]), TypeError,
+     "x must be a numpy.ndarray"),
     (lambda: apply_varlen("rope", np.zeros((3, 1, 8), np.float32), [0, 3]), TypeError, "rope must be"),
 ])
 def test_varlen_bad_input(call, exc, match):
@@ -142,6 +144,16 @@ def test_offset_convention_checks_before_writing(rng):
     with pytest.raises(ValueError, match="positions"):
         pr.apply(x, positions=[0, 1], out=out)
     assert not out.any()
+    with pytest.raises(TypeError, match="out must be an ndarray of x's dtype float32"):
+        pr.apply(x, positions=[0, 1, 2], out=np.zeros((3, 1, 16)))
+    with pytest.raises(ValueError, match="out must have the shape of x"):
+        pr.apply(x, positions=[0, 1, 2], out=np.zeros((3, 2, 16), np.float32))
+    with pytest.raises(TypeError, match="x must be a numpy.ndarray"):
+        pr.apply([[0.0] * 16], positions=[0])
+    ro = np.zeros_like(x)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        pr.apply(x, positions=[0, 1, 2], out=ro)
 
 
 @pytest.mark.parametrize("head_dim, r", [(32, 16), (64, 16), (16, 16)])
