@@ -10,7 +10,7 @@ install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
 install-test:       ## the package plus everything the tests need
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,conformance]"
 
 demo: install
 	$(PYTHON) -m pyrope demo
