@@ -10,6 +10,8 @@ independent computation with a stated float32 bound:
 - ``relative``: ``q.k`` scores depend on ``n - m`` only, also at positions
   near 2**30 (an absolute-position error shows up here);
 - ``inverse``: rotating back restores the vectors;
+- ``table``: cos/sin tables at the largest positions (the target window,
+  2**31 - 1) within 1 float32 ulp of the exact values;
 - ``layout`` (with projection weights and ``weights_layout``): scores of
   the weights' projections under the rope equal scores under the weights'
   own layout; a checkpoint in one layout run by a kernel of the other fails;
@@ -194,6 +196,20 @@ def _check_inverse(rope, x, positions):
     return CheckResult("inverse", worst <= 1, worst, "apply then apply(inverse=True) restores x (times factor**2)")
 
 
+def _check_table(rope, positions):
+    """cos/sin entries within 1 float32 ulp of the exactly computed values."""
+    cos, sin = rope.cos_sin(np.array(positions, dtype=np.int64))
+    inv = [float(w) for w in rope.inv_freq]
+    want_cos, want_sin = reference.cos_sin(list(positions), inv)
+    worst = 0.0
+    for got, want in ((cos, want_cos), (sin, want_sin)):
+        exact = rope.attention_factor * np.array(want, dtype=np.float64)
+        ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - exact) / ulp)))
+    return CheckResult("table", worst <= 1, worst,
+                       f"cos/sin within 1 float32 ulp (ratio = ulps) at positions {list(positions)}")
+
+
 def _ref_scores(rope, layout, q, k, m, n):
     """Scores with the stdlib reference rotating in ``layout`` with the rope's frequencies."""
     inv = [float(w) for w in rope.inv_freq]
@@ -239,7 +255,8 @@ def _check_backend(rope, q, k, rotate):
 
 
 def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=None, num_kv_heads=None,
-           weights_layout=None, rotate=None, positions=DEFAULT_POSITIONS, shifts=DEFAULT_SHIFTS, seed=0):
+           weights_layout=None, rotate=None, positions=DEFAULT_POSITIONS, shifts=DEFAULT_SHIFTS, seed=0,
+           progress=None):
     """Check ``rope`` (and optionally weights or a backend kernel); returns a :class:`SanityReport`.
 
     - ``q``, ``k``: sample vectors ``[..., head_dim]`` (default: seeded noise).
@@ -250,7 +267,9 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
       ``layout`` check (weights of one layout under a rope of the other fail).
     - ``rotate``: a backend's rotation ``rotate(x[n, 1, head_dim] float32,
       positions[n]) -> rotated``; adds the ``backend`` check against the rope.
-    - ``positions``, ``shifts``: where to test (defaults reach 2**30).
+    - ``positions``, ``shifts``: where to test (defaults reach 2**30; the
+      rope's target window and twice it are added).
+    - ``progress``: optional ``progress(done, total, name)`` called after each check.
 
     Never raises for a failed check (see :meth:`SanityReport.raise_if_failed`);
     raises ``ValueError``/``TypeError`` for malformed arguments.
@@ -262,14 +281,27 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
         raise ValueError(f"weights_layout must be None, 'interleaved' or 'split_half', got {weights_layout!r}")
     if rotate is not None and not callable(rotate):
         raise TypeError(f"rotate must be callable (x, positions) -> rotated, got {type(rotate).__name__}")
+    window = rope._resolved.target_window or rope._resolved.original_window
     positions = tuple(int(p) for p in positions)
+    if window:  # up to the target window and beyond it
+        positions += tuple(p for p in (window - 1, window, 2 * window) if p not in positions)
     rng = np.random.default_rng(seed)
     q, k = _samples(rope, q, k, wq, wk, hidden, num_heads, num_kv_heads, rng)
     both = np.concatenate([q, k])
-    results = [_check_rule(rope, both, positions), _check_norm(rope, both, positions),
-               _check_relative(rope, q, k, tuple(int(t) for t in shifts)), _check_inverse(rope, both, positions)]
+    steps = [
+        lambda: _check_rule(rope, both, positions),
+        lambda: _check_norm(rope, both, positions),
+        lambda: _check_relative(rope, q, k, tuple(int(t) for t in shifts)),
+        lambda: _check_inverse(rope, both, positions),
+        lambda: _check_table(rope, tuple(sorted({max(positions), 2**31 - 1} | ({window} if window else set())))),
+    ]
     if weights_layout is not None:
-        results.append(_check_layout(rope, q, k, weights_layout))
+        steps.append(lambda: _check_layout(rope, q, k, weights_layout))
     if rotate is not None:
-        results.append(_check_backend(rope, q, k, rotate))
+        steps.append(lambda: _check_backend(rope, q, k, rotate))
+    results = []
+    for i, step in enumerate(steps):
+        results.append(step())
+        if progress is not None:
+            progress(i + 1, len(steps), results[-1].name)
     return SanityReport(repr(rope), tuple(results))

@@ -201,7 +201,9 @@ def cmd_check(args):
         if args.head_dim is None or args.layout is None:
             raise UsageError("pass --head-dim and --layout (or --config)")
         rope = Rope(args.head_dim, layout=args.layout, base=args.base, rotary_dim=args.rotary_dim)
-    report = sanity(rope)
+    bar = _ProgressBar()
+    report = sanity(rope, progress=bar)
+    bar.close()
     print(report)
     ok = report.ok
     if args.harness:
@@ -211,6 +213,29 @@ def cmd_check(args):
             print(f"  {result}")
             ok = ok and result.ok
     return 0 if ok else 1
+
+
+class _ProgressBar:
+    """A progress bar on stderr, shown only once a run has taken a second."""
+
+    def __init__(self, width=30, delay=1.0):
+        import time
+        self._clock = time.monotonic
+        self._start = self._clock()
+        self._width, self._delay, self._shown = width, delay, False
+
+    def __call__(self, done, total, name):
+        if self._clock() - self._start < self._delay:
+            return
+        filled = self._width * done // total
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (self._width - filled)}] {done}/{total} {name:10s}")
+        sys.stderr.flush()
+        self._shown = True
+
+    def close(self):
+        if self._shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
 
 
 COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract, "check": cmd_check}

@@ -5,6 +5,7 @@ import pytest
 import pyrope
 from pyrope._explicit import explicit_rope
 from pyrope.check import SanityError, sanity
+from pyrope import Rope
 from pyrope.cli import main
 
 
@@ -16,7 +17,7 @@ from pyrope.cli import main
 def test_correct_ropes_pass(rope):
     report = sanity(rope)
     assert report.ok, str(report)
-    assert [r.name for r in report.results] == ["rule", "norm", "relative", "inverse"]
+    assert [r.name for r in report.results] == ["rule", "norm", "relative", "inverse", "table"]
     assert "result: OK" in str(report)
     report.raise_if_failed()
 
@@ -100,3 +101,25 @@ def test_cli_check_with_harness_and_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "rotary_dim=16" in out and "consistency harness" in out
     assert out.count(": OK (max relative error") == 9
+
+
+def test_table_check_catches_float32_angles(monkeypatch):
+    # A table built the common way (float32 angle) is off by many ulps at 2**31 - 1.
+    from pyrope import check as check_module
+
+    def float32_angle_tables(self, positions):
+        pos = np.asarray(positions, dtype=np.float32)
+        ang = pos[..., None] * self.inv_freq.astype(np.float32)
+        return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+    rope = Rope(64, layout="split_half")
+    monkeypatch.setattr(Rope, "cos_sin", float32_angle_tables)
+    result = check_module._check_table(rope, (4096, 2**31 - 1))
+    assert not result.passed and result.ratio > 100
+
+
+def test_progress_callback_sees_every_check():
+    calls = []
+    report = sanity(Rope(16, layout="interleaved"), progress=lambda *a: calls.append(a))
+    assert [c[2] for c in calls] == [r.name for r in report.results]
+    assert calls[-1][0] == calls[-1][1] == len(report.results)
