@@ -1,0 +1,215 @@
+/* AVX2 + FMA table kernel: four frequencies per vector, one position
+ * broadcast across them. Lane for lane it performs the operations of the
+ * scalar specification (table.c) in the same order, so every entry is
+ * bit-identical to it, for position lists (direct) and for dense ranges
+ * (angle addition); the leftover frequencies run the scalar entry code.
+ */
+#include <math.h>
+
+#include "kernels.h"
+#include "table_poly.h"
+
+#ifdef ROPE_HAVE_X86
+#include <immintrin.h>
+
+#define ROPE_AVX2 __attribute__((target("avx2,fma")))
+
+/* rope_turns on four frequencies. */
+ROPE_AVX2 static inline void turns4(__m256d w, __m256d *t0, __m256d *t1, __m256d *t2)
+{
+    const __m256d q0 = _mm256_set1_pd(ROPE_2_PI_0), q1 = _mm256_set1_pd(ROPE_2_PI_1);
+    const __m256d p0 = _mm256_mul_pd(w, q0), e0 = _mm256_fmsub_pd(w, q0, p0);
+    const __m256d p1 = _mm256_mul_pd(w, q1), e1 = _mm256_fmsub_pd(w, q1, p1);
+    const __m256d p2 = _mm256_mul_pd(w, _mm256_set1_pd(ROPE_2_PI_2));
+    const __m256d s = _mm256_add_pd(e0, p1);
+    const __m256d bb = _mm256_sub_pd(s, e0);
+    const __m256d x = _mm256_add_pd(_mm256_sub_pd(e0, _mm256_sub_pd(s, bb)),
+                                    _mm256_sub_pd(p1, bb));
+    *t0 = p0;
+    *t1 = s;
+    *t2 = _mm256_add_pd(x, _mm256_add_pd(e1, p2));
+}
+
+/* rope_cos_sin_turns on four frequencies. */
+ROPE_AVX2 static inline void cos_sin4(__m256d md, __m256d t0, __m256d t1, __m256d t2,
+                                      __m256d *cos_out, __m256d *sin_out)
+{
+    const __m256d magic = _mm256_set1_pd(ROPE_ROUND_MAGIC);
+    const __m256d a = _mm256_mul_pd(md, t0), b = _mm256_fmsub_pd(md, t0, a);
+    const __m256d kk = _mm256_add_pd(a, magic);
+    const __m256d k = _mm256_sub_pd(kk, magic);
+    const __m256d u = _mm256_sub_pd(a, k);
+    const __m256d c = _mm256_mul_pd(md, t1), d = _mm256_fmsub_pd(md, t1, c);
+    const __m256d e = _mm256_mul_pd(md, t2);
+    const __m256d g = _mm256_add_pd(b, c);
+    const __m256d gg = _mm256_sub_pd(g, b);
+    const __m256d gl = _mm256_add_pd(_mm256_sub_pd(b, _mm256_sub_pd(g, gg)),
+                                     _mm256_sub_pd(c, gg));
+    const __m256d h = _mm256_add_pd(u, g);
+    const __m256d f = _mm256_add_pd(h, _mm256_add_pd(gl, _mm256_add_pd(d, e)));
+
+    const __m256d z = _mm256_mul_pd(f, f);
+    __m256d ps = _mm256_fmadd_pd(z, _mm256_set1_pd(ROPE_S13), _mm256_set1_pd(ROPE_S11));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(ROPE_S9));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(ROPE_S7));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(ROPE_S5));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(ROPE_S3));
+    ps = _mm256_fmadd_pd(z, ps, _mm256_set1_pd(ROPE_S1));
+    const __m256d sn = _mm256_mul_pd(f, ps);
+    __m256d pc = _mm256_fmadd_pd(z, _mm256_set1_pd(ROPE_C14), _mm256_set1_pd(ROPE_C12));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(ROPE_C10));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(ROPE_C8));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(ROPE_C6));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(ROPE_C4));
+    pc = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(ROPE_C2));
+    const __m256d cs = _mm256_fmadd_pd(z, pc, _mm256_set1_pd(1.0));
+
+    /* Quadrant q = k mod 4: swap when q is odd; cos negative for q = 1, 2;
+     * sin negative for q = 2, 3 (sign bits placed by shifting q). */
+    const __m256i q = _mm256_and_si256(_mm256_castpd_si256(kk), _mm256_set1_epi64x(3));
+    const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+    const __m256d swap = _mm256_castsi256_pd(
+        _mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
+    const __m256d neg_c = _mm256_castsi256_pd(
+        _mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), 62));
+    const __m256d neg_s = _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_and_si256(q, two), 62));
+    const __m256d co = _mm256_xor_pd(_mm256_blendv_pd(cs, sn, swap), neg_c);
+    const __m256d so = _mm256_xor_pd(_mm256_blendv_pd(sn, cs, swap), neg_s);
+    *cos_out = co;
+    *sin_out = so;
+}
+
+/* scale * (c, s) rounded to float32 and stored. */
+ROPE_AVX2 static inline void store4(float *crow, float *srow, __m256d scale, __m256d c, __m256d s)
+{
+    _mm_storeu_ps(crow, _mm256_cvtpd_ps(_mm256_mul_pd(scale, c)));
+    _mm_storeu_ps(srow, _mm256_cvtpd_ps(_mm256_mul_pd(scale, s)));
+}
+
+/* The dense range of table.c (table_range), four frequencies per vector. */
+ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *inv_freq,
+                                   int64_t n_freq, double scale, float *cos_out, float *sin_out)
+{
+    double t0[ROPE_RANGE_CHUNK], t1[ROPE_RANGE_CHUNK], t2[ROPE_RANGE_CHUNK];
+    double bc[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK], bs[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK];
+    double ac[ROPE_RANGE_CHUNK], as[ROPE_RANGE_CHUNK];
+    const int64_t nb = n_pos < ROPE_RANGE_BLOCK ? n_pos : ROPE_RANGE_BLOCK;
+    const __m256d vscale = _mm256_set1_pd(scale);
+    const __m256d vmin = _mm256_set1_pd(ROPE_RANGE_MIN);
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    const int unscaled = scale == 1.0;
+    for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_RANGE_CHUNK) {
+        const int64_t nf = n_freq - i0 < ROPE_RANGE_CHUNK ? n_freq - i0 : ROPE_RANGE_CHUNK;
+        const int64_t nv = nf & ~(int64_t)3;
+        for (int64_t i = 0; i < nv; i += 4) {
+            __m256d a, b, c;
+            turns4(_mm256_loadu_pd(inv_freq + i0 + i), &a, &b, &c);
+            _mm256_storeu_pd(t0 + i, a);
+            _mm256_storeu_pd(t1 + i, b);
+            _mm256_storeu_pd(t2 + i, c);
+            for (int64_t r = 0; r < nb; r++) {
+                __m256d cr, sr;
+                cos_sin4(_mm256_set1_pd((double)r), a, b, c, &cr, &sr);
+                _mm256_storeu_pd(&bc[r][i], cr);
+                _mm256_storeu_pd(&bs[r][i], sr);
+            }
+        }
+        for (int64_t i = nv; i < nf; i++) {
+            rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
+            for (int64_t r = 0; r < nb; r++)
+                rope_cos_sin_turns((double)r, t0[i], t1[i], t2[i], &bc[r][i], &bs[r][i]);
+        }
+        for (int64_t a = 0; a < n_pos; a += ROPE_RANGE_BLOCK) {
+            const __m256d ma = _mm256_set1_pd((double)(start + a));
+            for (int64_t i = 0; i < nv; i += 4) {
+                __m256d c, s;
+                cos_sin4(ma, _mm256_loadu_pd(t0 + i), _mm256_loadu_pd(t1 + i),
+                         _mm256_loadu_pd(t2 + i), &c, &s);
+                _mm256_storeu_pd(ac + i, c);
+                _mm256_storeu_pd(as + i, s);
+            }
+            for (int64_t i = nv; i < nf; i++)
+                rope_cos_sin_turns((double)(start + a), t0[i], t1[i], t2[i], &ac[i], &as[i]);
+            for (int64_t b = 0; b < nb && a + b < n_pos; b++) {
+                float *crow = cos_out + (a + b) * n_freq + i0;
+                float *srow = sin_out + (a + b) * n_freq + i0;
+                const double m = (double)(start + a + b);
+                for (int64_t i = 0; i < nv; i += 4) {
+                    const __m256d ca = _mm256_loadu_pd(ac + i), sa = _mm256_loadu_pd(as + i);
+                    const __m256d cb = _mm256_loadu_pd(&bc[b][i]), sb = _mm256_loadu_pd(&bs[b][i]);
+                    __m256d c = _mm256_fmsub_pd(ca, cb, _mm256_mul_pd(sa, sb));
+                    __m256d s = _mm256_fmadd_pd(sa, cb, _mm256_mul_pd(ca, sb));
+                    const __m256d ok = _mm256_cmp_pd(
+                        _mm256_min_pd(_mm256_andnot_pd(sign, c), _mm256_andnot_pd(sign, s)),
+                        vmin, _CMP_GE_OQ);
+                    if (_mm256_movemask_pd(ok) != 0xF) {   /* rare: near a zero */
+                        __m256d ce, se;
+                        cos_sin4(_mm256_set1_pd(m), _mm256_loadu_pd(t0 + i),
+                                 _mm256_loadu_pd(t1 + i), _mm256_loadu_pd(t2 + i), &ce, &se);
+                        c = _mm256_blendv_pd(ce, c, ok);
+                        s = _mm256_blendv_pd(se, s, ok);
+                    }
+                    if (unscaled) {   /* scale 1: skip the (exact) product */
+                        _mm_storeu_ps(crow + i, _mm256_cvtpd_ps(c));
+                        _mm_storeu_ps(srow + i, _mm256_cvtpd_ps(s));
+                    } else {
+                        store4(crow + i, srow + i, vscale, c, s);
+                    }
+                }
+                for (int64_t i = nv; i < nf; i++) {
+                    double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
+                    double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
+                    if (!(fabs(c) >= ROPE_RANGE_MIN && fabs(s) >= ROPE_RANGE_MIN))
+                        rope_cos_sin_turns(m, t0[i], t1[i], t2[i], &c, &s);
+                    crow[i] = (float)(scale * c);
+                    srow[i] = (float)(scale * s);
+                }
+            }
+        }
+    }
+}
+
+ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int64_t n_pos,
+                                   const double *inv_freq, int64_t n_freq, double scale,
+                                   float *cos_out, float *sin_out)
+{
+    if (!positions) {
+        table_range4(start, n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+        return;
+    }
+    double t0[ROPE_TURNS_CHUNK], t1[ROPE_TURNS_CHUNK], t2[ROPE_TURNS_CHUNK];
+    const __m256d vscale = _mm256_set1_pd(scale);
+    for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_TURNS_CHUNK) {
+        const int64_t nf = n_freq - i0 < ROPE_TURNS_CHUNK ? n_freq - i0 : ROPE_TURNS_CHUNK;
+        const int64_t nv = nf & ~(int64_t)3;
+        for (int64_t i = 0; i < nv; i += 4) {
+            __m256d a, b, c;
+            turns4(_mm256_loadu_pd(inv_freq + i0 + i), &a, &b, &c);
+            _mm256_storeu_pd(t0 + i, a);
+            _mm256_storeu_pd(t1 + i, b);
+            _mm256_storeu_pd(t2 + i, c);
+        }
+        for (int64_t i = nv; i < nf; i++)
+            rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
+        for (int64_t p = 0; p < n_pos; p++) {
+            const double m = (double)(positions ? positions[p] : start + p);
+            const __m256d md = _mm256_set1_pd(m);
+            float *crow = cos_out + p * n_freq + i0;
+            float *srow = sin_out + p * n_freq + i0;
+            for (int64_t i = 0; i < nv; i += 4) {
+                __m256d c, s;
+                cos_sin4(md, _mm256_loadu_pd(t0 + i), _mm256_loadu_pd(t1 + i),
+                         _mm256_loadu_pd(t2 + i), &c, &s);
+                store4(crow + i, srow + i, vscale, c, s);
+            }
+            for (int64_t i = nv; i < nf; i++) {
+                double c, s;
+                rope_cos_sin_turns(m, t0[i], t1[i], t2[i], &c, &s);
+                crow[i] = (float)(scale * c);
+                srow[i] = (float)(scale * s);
+            }
+        }
+    }
+}
+
+#endif
