@@ -1,22 +1,26 @@
 /* cos/sin tables: the scalar specification.
  *
- * Entry (m, w) is scale * cos(m*w) and scale * sin(m*w), rounded to float32,
- * where the angle m*w is the exact product (never rounded to a double).
- * The angle is measured in quarter turns, f = m*w * 2/pi:
- *   1. per frequency, t = w * 2/pi is held as t0 + t1 + t2 (about 155 bits),
- *      built from a triple-double 2/pi with exact products (fma);
- *   2. per entry, m*t0 = a + b and m*t1 = c + d exactly (fma; m has at most
- *      31 bits, so m is an exact double), the quadrant k = nearest integer
- *      to a, and the reduced f = (a - k) + b + c + d + m*t2, summed so that
- *      its absolute error stays below 2^-52 |f| + 2^-121: relative accuracy
- *      even when m*w lies extremely close to a multiple of pi/2;
- *   3. cos(pi/2 f) and sin(pi/2 f) for |f| <= 1/2 + 2^-17 from Taylor
- *      polynomials (relative truncation error below 2^-44), then the
- *      quadrant k mod 4, then scale * value rounded once to float32.
- * Dense ranges (positions == NULL) use angle addition from two such exact
- * rows (table_range below), a few flops per entry.
+ * Entry (m, w) is the float32 nearest to scale * cos(m*w) (and sin), where
+ * the angle m*w is the exact product (never rounded to a double): tables
+ * are correctly rounded, so every path and instruction set gives the same
+ * bits. Three tiers, each keeping its result only when its error bound
+ * decides the rounding (rope_certify_f32):
+ *   1. dense ranges (positions == NULL): angle addition from two rows of
+ *      tier 2, e^{i(s+aB+b)w} = e^{i(s+aB)w} e^{ibw}, a few flops per entry;
+ *   2. direct: the angle in quarter turns, f = m*w*2/pi, with
+ *      - per frequency, t = w*2/pi held as t0 + t1 + t2 (about 155 bits),
+ *        built from a triple-double 2/pi with exact products (fma);
+ *      - per entry, m*t0 = a + b and m*t1 = c + d exactly (m has at most
+ *        31 bits, an exact double), the quadrant k = nearest integer to a,
+ *        and f = (a - k) + b + c + d + m*t2 summed so that its error stays
+ *        below 2^-52 |f| + 2^-150 |a|: relative accuracy even when m*w lies
+ *        extremely close to a multiple of pi/2;
+ *      - cos(pi/2 f), sin(pi/2 f) for |f| <= 1/2 + 2^-17 by Taylor
+ *        polynomials (relative truncation error below 2^-44), the quadrant
+ *        k mod 4, and the product with scale;
+ *   3. the rare undecided entries (about 1 in 2^17): table_exact.c.
  * Only +, -, *, fma and the magic-constant rounding are used, in this order,
- * so the AVX2 kernel (table_avx2.c) reproduces this file bit for bit.
+ * so the AVX2 kernel (table_avx2.c) reproduces the tiers lane for lane.
  * Error analysis: docs/ACCURACY.md. Callers keep |m| <= 2^31 - 1, |w| <= 4.
  */
 #include <math.h>
@@ -82,7 +86,21 @@ void rope_cos_sin_turns(double md, double t0, double t1, double t2,
     }
 }
 
-/* Dense range by angle addition: e^{i(s+aB+b)w} = e^{i(s+aB)w} * e^{ibw}. */
+void rope_entry_f32(int64_t m, double w, double t0, double t1, double t2, double scale,
+                    float *cos_out, float *sin_out)
+{
+    double c, s;
+    const double md = (double)m;
+    rope_cos_sin_turns(md, t0, t1, t2, &c, &s);
+    const double yc = scale * c, ys = scale * s;
+    const double abs_err = fabs(scale * (md * t0)) * ROPE_DIRECT_ABS;
+    if (!rope_certify_f32(yc, fabs(yc) * ROPE_DIRECT_REL + abs_err, cos_out) ||
+        !rope_certify_f32(ys, fabs(ys) * ROPE_DIRECT_REL + abs_err, sin_out))
+        rope_cos_sin_correct_f32(m, w, scale, cos_out, sin_out);
+}
+
+/* Dense range by angle addition: e^{i(s+aB+b)w} = e^{i(s+aB)w} * e^{ibw},
+ * both rows from the fast direct evaluation (unrounded doubles). */
 static void table_range(int64_t start, int64_t n_pos, const double *inv_freq,
                         int64_t n_freq, double scale, float *cos_out, float *sin_out)
 {
@@ -90,6 +108,7 @@ static void table_range(int64_t start, int64_t n_pos, const double *inv_freq,
     double bc[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK], bs[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK];
     double ac[ROPE_RANGE_CHUNK], as[ROPE_RANGE_CHUNK];
     const int64_t nb = n_pos < ROPE_RANGE_BLOCK ? n_pos : ROPE_RANGE_BLOCK;
+    const double bound = fabs(scale) * ROPE_RANGE_ABS;
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_RANGE_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_RANGE_CHUNK ? n_freq - i0 : ROPE_RANGE_CHUNK;
         for (int64_t i = 0; i < nf; i++) {
@@ -104,12 +123,13 @@ static void table_range(int64_t start, int64_t n_pos, const double *inv_freq,
                 float *crow = cos_out + (a + b) * n_freq + i0;
                 float *srow = sin_out + (a + b) * n_freq + i0;
                 for (int64_t i = 0; i < nf; i++) {
-                    double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
-                    double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
-                    if (!(fabs(c) >= ROPE_RANGE_MIN && fabs(s) >= ROPE_RANGE_MIN))
-                        rope_cos_sin_turns((double)(start + a + b), t0[i], t1[i], t2[i], &c, &s);
-                    crow[i] = (float)(scale * c);
-                    srow[i] = (float)(scale * s);
+                    const double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
+                    const double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
+                    const double yc = scale * c, ys = scale * s;
+                    if (!rope_certify_f32(yc, bound, &crow[i]) ||
+                        !rope_certify_f32(ys, bound, &srow[i]))
+                        rope_entry_f32(start + a + b, inv_freq[i0 + i], t0[i], t1[i], t2[i],
+                                       scale, &crow[i], &srow[i]);
                 }
             }
         }
@@ -131,15 +151,11 @@ void rope_table_f32_scalar(const int64_t *positions, int64_t start, int64_t n_po
         for (int64_t i = 0; i < nf; i++)
             rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
         for (int64_t p = 0; p < n_pos; p++) {
-            const double md = (double)(positions ? positions[p] : start + p);
+            const int64_t m = positions[p];
             float *crow = cos_out + p * n_freq + i0;
             float *srow = sin_out + p * n_freq + i0;
-            for (int64_t i = 0; i < nf; i++) {
-                double c, s;
-                rope_cos_sin_turns(md, t0[i], t1[i], t2[i], &c, &s);
-                crow[i] = (float)(scale * c);
-                srow[i] = (float)(scale * s);
-            }
+            for (int64_t i = 0; i < nf; i++)
+                rope_entry_f32(m, inv_freq[i0 + i], t0[i], t1[i], t2[i], scale, &crow[i], &srow[i]);
         }
     }
 }

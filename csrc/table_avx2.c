@@ -1,8 +1,8 @@
 /* AVX2 + FMA table kernel: four frequencies per vector, one position
  * broadcast across them. Lane for lane it performs the operations of the
- * scalar specification (table.c) in the same order, so every entry is
- * bit-identical to it, for position lists (direct) and for dense ranges
- * (angle addition); the leftover frequencies run the scalar entry code.
+ * scalar specification (table.c) in the same order, tier by tier: entries
+ * are correctly rounded either way, so they are bit-identical to it. The
+ * leftover frequencies and the undecided lanes run the scalar code.
  */
 #include <math.h>
 
@@ -79,11 +79,20 @@ ROPE_AVX2 static inline void cos_sin4(__m256d md, __m256d t0, __m256d t1, __m256
     *sin_out = so;
 }
 
-/* scale * (c, s) rounded to float32 and stored. */
-ROPE_AVX2 static inline void store4(float *crow, float *srow, __m256d scale, __m256d c, __m256d s)
+/* rope_certify_f32 on four lanes of cos and four of sin: returns the mask of
+ * lanes (bit j: cos, bit j+4: sin) whose bound decides the rounding; their
+ * float32 values (+0 for zero) go to crow and srow. */
+ROPE_AVX2 static inline int certify_store8(__m256d yc, __m256d bc, __m256d ys, __m256d bs,
+                                           float *crow, float *srow)
 {
-    _mm_storeu_ps(crow, _mm256_cvtpd_ps(_mm256_mul_pd(scale, c)));
-    _mm_storeu_ps(srow, _mm256_cvtpd_ps(_mm256_mul_pd(scale, s)));
+    const __m256 lo = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(ys, bs)),
+                                      _mm256_cvtpd_ps(_mm256_sub_pd(yc, bc)));
+    const __m256 hi = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_add_pd(ys, bs)),
+                                      _mm256_cvtpd_ps(_mm256_add_pd(yc, bc)));
+    const __m256 out = _mm256_add_ps(lo, _mm256_setzero_ps());   /* = float(y) where lo == hi */
+    _mm_storeu_ps(crow, _mm256_castps256_ps128(out));
+    _mm_storeu_ps(srow, _mm256_extractf128_ps(out, 1));
+    return _mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_EQ_OQ));
 }
 
 /* The dense range of table.c (table_range), four frequencies per vector. */
@@ -95,9 +104,7 @@ ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *i
     double ac[ROPE_RANGE_CHUNK], as[ROPE_RANGE_CHUNK];
     const int64_t nb = n_pos < ROPE_RANGE_BLOCK ? n_pos : ROPE_RANGE_BLOCK;
     const __m256d vscale = _mm256_set1_pd(scale);
-    const __m256d vmin = _mm256_set1_pd(ROPE_RANGE_MIN);
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    const int unscaled = scale == 1.0;
+    const __m256d bound = _mm256_set1_pd(fabs(scale) * ROPE_RANGE_ABS);
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_RANGE_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_RANGE_CHUNK ? n_freq - i0 : ROPE_RANGE_CHUNK;
         const int64_t nv = nf & ~(int64_t)3;
@@ -133,36 +140,32 @@ ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *i
             for (int64_t b = 0; b < nb && a + b < n_pos; b++) {
                 float *crow = cos_out + (a + b) * n_freq + i0;
                 float *srow = sin_out + (a + b) * n_freq + i0;
-                const double m = (double)(start + a + b);
                 for (int64_t i = 0; i < nv; i += 4) {
                     const __m256d ca = _mm256_loadu_pd(ac + i), sa = _mm256_loadu_pd(as + i);
                     const __m256d cb = _mm256_loadu_pd(&bc[b][i]), sb = _mm256_loadu_pd(&bs[b][i]);
-                    __m256d c = _mm256_fmsub_pd(ca, cb, _mm256_mul_pd(sa, sb));
-                    __m256d s = _mm256_fmadd_pd(sa, cb, _mm256_mul_pd(ca, sb));
-                    const __m256d ok = _mm256_cmp_pd(
-                        _mm256_min_pd(_mm256_andnot_pd(sign, c), _mm256_andnot_pd(sign, s)),
-                        vmin, _CMP_GE_OQ);
-                    if (_mm256_movemask_pd(ok) != 0xF) {   /* rare: near a zero */
-                        __m256d ce, se;
-                        cos_sin4(_mm256_set1_pd(m), _mm256_loadu_pd(t0 + i),
-                                 _mm256_loadu_pd(t1 + i), _mm256_loadu_pd(t2 + i), &ce, &se);
-                        c = _mm256_blendv_pd(ce, c, ok);
-                        s = _mm256_blendv_pd(se, s, ok);
-                    }
-                    if (unscaled) {   /* scale 1: skip the (exact) product */
-                        _mm_storeu_ps(crow + i, _mm256_cvtpd_ps(c));
-                        _mm_storeu_ps(srow + i, _mm256_cvtpd_ps(s));
-                    } else {
-                        store4(crow + i, srow + i, vscale, c, s);
+                    const __m256d yc = _mm256_mul_pd(
+                        vscale, _mm256_fmsub_pd(ca, cb, _mm256_mul_pd(sa, sb)));
+                    const __m256d ys = _mm256_mul_pd(
+                        vscale, _mm256_fmadd_pd(sa, cb, _mm256_mul_pd(ca, sb)));
+                    const int ok = certify_store8(yc, bound, ys, bound, crow + i, srow + i);
+                    if (ok != 0xFF) {   /* rare: undecided lanes take the next tier */
+                        const int bad = ~(ok & (ok >> 4));
+                        for (int l = 0; l < 4; l++)
+                            if ((bad >> l) & 1)
+                                rope_entry_f32(start + a + b, inv_freq[i0 + i + l], t0[i + l],
+                                               t1[i + l], t2[i + l], scale, &crow[i + l],
+                                               &srow[i + l]);
                     }
                 }
                 for (int64_t i = nv; i < nf; i++) {
-                    double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
-                    double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
-                    if (!(fabs(c) >= ROPE_RANGE_MIN && fabs(s) >= ROPE_RANGE_MIN))
-                        rope_cos_sin_turns(m, t0[i], t1[i], t2[i], &c, &s);
-                    crow[i] = (float)(scale * c);
-                    srow[i] = (float)(scale * s);
+                    const double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
+                    const double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
+                    const double yc = scale * c, ys = scale * s;
+                    const double bound = fabs(scale) * ROPE_RANGE_ABS;
+                    if (!rope_certify_f32(yc, bound, &crow[i]) ||
+                        !rope_certify_f32(ys, bound, &srow[i]))
+                        rope_entry_f32(start + a + b, inv_freq[i0 + i], t0[i], t1[i], t2[i],
+                                       scale, &crow[i], &srow[i]);
                 }
             }
         }
@@ -179,6 +182,9 @@ ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int6
     }
     double t0[ROPE_TURNS_CHUNK], t1[ROPE_TURNS_CHUNK], t2[ROPE_TURNS_CHUNK];
     const __m256d vscale = _mm256_set1_pd(scale);
+    const __m256d sign = _mm256_set1_pd(-0.0);
+    const __m256d rel = _mm256_set1_pd(ROPE_DIRECT_REL);
+    const __m256d abs_k = _mm256_set1_pd(ROPE_DIRECT_ABS);
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_TURNS_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_TURNS_CHUNK ? n_freq - i0 : ROPE_TURNS_CHUNK;
         const int64_t nv = nf & ~(int64_t)3;
@@ -192,22 +198,29 @@ ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int6
         for (int64_t i = nv; i < nf; i++)
             rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
         for (int64_t p = 0; p < n_pos; p++) {
-            const double m = (double)(positions ? positions[p] : start + p);
-            const __m256d md = _mm256_set1_pd(m);
+            const int64_t m = positions[p];
+            const __m256d md = _mm256_set1_pd((double)m);
             float *crow = cos_out + p * n_freq + i0;
             float *srow = sin_out + p * n_freq + i0;
             for (int64_t i = 0; i < nv; i += 4) {
+                const __m256d v0 = _mm256_loadu_pd(t0 + i);
                 __m256d c, s;
-                cos_sin4(md, _mm256_loadu_pd(t0 + i), _mm256_loadu_pd(t1 + i),
-                         _mm256_loadu_pd(t2 + i), &c, &s);
-                store4(crow + i, srow + i, vscale, c, s);
+                cos_sin4(md, v0, _mm256_loadu_pd(t1 + i), _mm256_loadu_pd(t2 + i), &c, &s);
+                const __m256d yc = _mm256_mul_pd(vscale, c), ys = _mm256_mul_pd(vscale, s);
+                const __m256d err = _mm256_mul_pd(
+                    _mm256_andnot_pd(sign, _mm256_mul_pd(vscale, _mm256_mul_pd(md, v0))), abs_k);
+                const int ok = certify_store8(
+                    yc, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, yc), rel), err),
+                    ys, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, ys), rel), err),
+                    crow + i, srow + i);
+                if (ok != 0xFF)   /* rare: undecided lanes are rounded in double-double */
+                    for (int l = 0; l < 4; l++)
+                        if (!((ok >> l) & (ok >> (l + 4)) & 1))
+                            rope_cos_sin_correct_f32(m, inv_freq[i0 + i + l], scale,
+                                                     &crow[i + l], &srow[i + l]);
             }
-            for (int64_t i = nv; i < nf; i++) {
-                double c, s;
-                rope_cos_sin_turns(m, t0[i], t1[i], t2[i], &c, &s);
-                crow[i] = (float)(scale * c);
-                srow[i] = (float)(scale * s);
-            }
+            for (int64_t i = nv; i < nf; i++)
+                rope_entry_f32(m, inv_freq[i0 + i], t0[i], t1[i], t2[i], scale, &crow[i], &srow[i]);
         }
     }
 }

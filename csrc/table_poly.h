@@ -3,6 +3,8 @@
 #ifndef PYROPE_TABLE_POLY_H
 #define PYROPE_TABLE_POLY_H
 
+#include <stdint.h>
+
 /* 2/pi = ROPE_2_PI_0 + ROPE_2_PI_1 + ROPE_2_PI_2 to about 2^-161. */
 #define ROPE_2_PI_0 0x1.45f306dc9c883p-1
 #define ROPE_2_PI_1 (-0x1.6b01ec5417056p-55)
@@ -33,20 +35,45 @@
 #define ROPE_TURNS_CHUNK 256
 
 /* Dense ranges by angle addition: row start + a*B + b is the product of the
- * exact rows for start + a*B and for b (B = ROPE_RANGE_BLOCK), for
- * ROPE_RANGE_CHUNK frequencies at a time (2 * B * chunk doubles of stack).
- * A product with |cos| or |sin| below ROPE_RANGE_MIN has too little relative
- * accuracy left and is recomputed from the exact angle. */
+ * rows for start + a*B and for b (B = ROPE_RANGE_BLOCK), for
+ * ROPE_RANGE_CHUNK frequencies at a time (2 * B * chunk doubles of stack). */
 #define ROPE_RANGE_BLOCK 32
 #define ROPE_RANGE_CHUNK 64
-#define ROPE_RANGE_MIN 0x1p-12
+
+/* Error bounds of the fast double results y (docs/ACCURACY.md), each with
+ * room for the rounding of y +- bound:
+ *   direct (rope_cos_sin_turns, scaled): |y| * REL + |scale * m * t0| * ABS;
+ *   angle addition (scaled):             |scale| * RANGE_ABS. */
+#define ROPE_DIRECT_REL 0x1.1p-44
+#define ROPE_DIRECT_ABS 0x1p-150
+#define ROPE_RANGE_ABS 0x1.01p-43
+
+/* If every value within bound of y rounds to the same float32 (so the exact
+ * value does too: rounding is monotonic), store it (+0 for zero) and
+ * return 1; else return 0. */
+static inline int rope_certify_f32(double y, double bound, float *out)
+{
+    if ((float)(y - bound) != (float)(y + bound))
+        return 0;
+    *out = (float)y + 0.0f;
+    return 1;
+}
 
 /* w * 2/pi as t0 + t1 + t2 (table.c). */
 void rope_turns(double w, double *t0, double *t1, double *t2);
 
 /* cos and sin (double, before scaling) of m * w, from m as a double and the
- * split of w (table.c): the specification of one table entry. */
+ * split of w (table.c): the fast evaluation, within ROPE_DIRECT_* bounds. */
 void rope_cos_sin_turns(double md, double t0, double t1, double t2,
                         double *cos_out, double *sin_out);
+
+/* One correctly rounded entry from the fast evaluation, or else from
+ * rope_cos_sin_correct_f32 (table.c). */
+void rope_entry_f32(int64_t m, double w, double t0, double t1, double t2, double scale,
+                    float *cos_out, float *sin_out);
+
+/* Correctly rounded float32 scale*cos(m w), scale*sin(m w) in double-double
+ * (table_exact.c): slow, for the entries the fast bounds cannot decide. */
+void rope_cos_sin_correct_f32(int64_t m, double w, double scale, float *cos_out, float *sin_out);
 
 #endif
