@@ -270,6 +270,25 @@ def test_every_path_gives_the_same_bits():
             assert np.array_equal(s, bits[0][1]), f"sin differs at start={start}"
 
 
+def test_position_lists_mixing_runs_and_scattered_positions(isa):
+    # Runs of consecutive positions take the dense kernel, the rest the direct
+    # one: entries must not depend on that split (nor on their neighbours).
+    rng = np.random.default_rng(13)
+    w = frequencies(1e6, 9)
+    pos = np.concatenate([rng.integers(-MAX_POS, MAX_POS, 5), np.arange(1000, 1100),
+                          rng.integers(0, 5000, 7), np.arange(-20, 27), np.arange(2**31 - 48, 2**31),
+                          [5, 5, 4, 3]]).astype(np.int64)
+    c, s = _kernel.cos_sin_table(pos, w, 1.0)
+    for j in range(pos.size):
+        cj, sj = _kernel.cos_sin_table(pos[j:j + 1], w, 1.0)
+        assert np.array_equal(c[j].view(np.uint32), cj[0].view(np.uint32)), f"row {j}"
+        assert np.array_equal(s[j].view(np.uint32), sj[0].view(np.uint32)), f"row {j}"
+    rows = np.arange(0, pos.size, 3)
+    want_c, want_s = exact_cos_sin(np.repeat(pos[rows], w.size), np.tile(w, rows.size))
+    assert_correctly_rounded(c[rows].ravel(), want_c, f"{isa} mixed list cos")
+    assert_correctly_rounded(s[rows].ravel(), want_s, f"{isa} mixed list sin")
+
+
 def test_entries_next_to_rounding_midpoints_are_correctly_rounded(isa):
     # Where the exact value lies within 2**-17 ulp of a midpoint between two
     # floats, the fast bound often cannot decide and the double-double path must.
