@@ -211,3 +211,13 @@ def test_table_summary(benchmark, capsys):
     # pyrope's own entries are correctly rounded everywhere.
     for name in ("pyrope", "pyrope scattered", "pyrope scalar"):
         assert max(e[0] for e in errors[name]) <= 0.5 + 1e-6
+
+
+if __name__ == "__main__":
+    # python bench/bench_tables.py [n1,n2,...] [repeats]: the summary alone.
+    import sys
+    sizes = [int(float(v)) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else SIZES
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+    if torch is not None:
+        torch.set_num_threads(1)
+    print(format_summary({n: round_robin(n, repeats) for n in sizes}, max_errors()))
