@@ -108,7 +108,8 @@ static void table_range(int64_t start, int64_t n_pos, const double *inv_freq,
     double bc[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK], bs[ROPE_RANGE_BLOCK][ROPE_RANGE_CHUNK];
     double ac[ROPE_RANGE_CHUNK], as[ROPE_RANGE_CHUNK];
     const int64_t nb = n_pos < ROPE_RANGE_BLOCK ? n_pos : ROPE_RANGE_BLOCK;
-    const double bound = fabs(scale) * ROPE_RANGE_ABS;
+    /* At least 2^-140, so that a zero is never certified by this tier. */
+    const double bound = fmax(fabs(scale) * ROPE_RANGE_ABS, 0x1p-140);
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_RANGE_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_RANGE_CHUNK ? n_freq - i0 : ROPE_RANGE_CHUNK;
         for (int64_t i = 0; i < nf; i++) {

@@ -81,15 +81,17 @@ ROPE_AVX2 static inline void cos_sin4(__m256d md, __m256d t0, __m256d t1, __m256
 
 /* rope_certify_f32 on four lanes of cos and four of sin: returns the mask of
  * lanes (bit j: cos, bit j+4: sin) whose bound decides the rounding; their
- * float32 values (+0 for zero) go to crow and srow. */
+ * float32 values go to crow and srow (+0 for zero, unless the caller's bound
+ * never certifies a zero: nonzero_bound). */
 ROPE_AVX2 static inline int certify_store8(__m256d yc, __m256d bc, __m256d ys, __m256d bs,
-                                           float *crow, float *srow)
+                                           float *crow, float *srow, int nonzero_bound)
 {
     const __m256 lo = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(ys, bs)),
                                       _mm256_cvtpd_ps(_mm256_sub_pd(yc, bc)));
     const __m256 hi = _mm256_set_m128(_mm256_cvtpd_ps(_mm256_add_pd(ys, bs)),
                                       _mm256_cvtpd_ps(_mm256_add_pd(yc, bc)));
-    const __m256 out = _mm256_add_ps(lo, _mm256_setzero_ps());   /* = float(y) where lo == hi */
+    /* = float(y) where lo == hi */
+    const __m256 out = nonzero_bound ? lo : _mm256_add_ps(lo, _mm256_setzero_ps());
     _mm_storeu_ps(crow, _mm256_castps256_ps128(out));
     _mm_storeu_ps(srow, _mm256_extractf128_ps(out, 1));
     return _mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_EQ_OQ));
@@ -104,7 +106,8 @@ ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *i
     double ac[ROPE_RANGE_CHUNK], as[ROPE_RANGE_CHUNK];
     const int64_t nb = n_pos < ROPE_RANGE_BLOCK ? n_pos : ROPE_RANGE_BLOCK;
     const __m256d vscale = _mm256_set1_pd(scale);
-    const __m256d bound = _mm256_set1_pd(fabs(scale) * ROPE_RANGE_ABS);
+    const __m256d bound = _mm256_set1_pd(fmax(fabs(scale) * ROPE_RANGE_ABS, 0x1p-140));
+    const int unscaled = scale == 1.0;
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_RANGE_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_RANGE_CHUNK ? n_freq - i0 : ROPE_RANGE_CHUNK;
         const int64_t nv = nf & ~(int64_t)3;
@@ -143,11 +146,14 @@ ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *i
                 for (int64_t i = 0; i < nv; i += 4) {
                     const __m256d ca = _mm256_loadu_pd(ac + i), sa = _mm256_loadu_pd(as + i);
                     const __m256d cb = _mm256_loadu_pd(&bc[b][i]), sb = _mm256_loadu_pd(&bs[b][i]);
-                    const __m256d yc = _mm256_mul_pd(
-                        vscale, _mm256_fmsub_pd(ca, cb, _mm256_mul_pd(sa, sb)));
-                    const __m256d ys = _mm256_mul_pd(
-                        vscale, _mm256_fmadd_pd(sa, cb, _mm256_mul_pd(ca, sb)));
-                    const int ok = certify_store8(yc, bound, ys, bound, crow + i, srow + i);
+                    __m256d yc = _mm256_fmsub_pd(ca, cb, _mm256_mul_pd(sa, sb));
+                    __m256d ys = _mm256_fmadd_pd(sa, cb, _mm256_mul_pd(ca, sb));
+                    if (!unscaled) {   /* scale 1: the product is exact, skip it */
+                        yc = _mm256_mul_pd(vscale, yc);
+                        ys = _mm256_mul_pd(vscale, ys);
+                    }
+                    /* The bound is at least 2^-140: zeros are never certified here. */
+                    const int ok = certify_store8(yc, bound, ys, bound, crow + i, srow + i, 1);
                     if (ok != 0xFF) {   /* rare: undecided lanes take the next tier */
                         const int bad = ~(ok & (ok >> 4));
                         for (int l = 0; l < 4; l++)
@@ -161,7 +167,7 @@ ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *i
                     const double c = fma(ac[i], bc[b][i], -(as[i] * bs[b][i]));
                     const double s = fma(as[i], bc[b][i], ac[i] * bs[b][i]);
                     const double yc = scale * c, ys = scale * s;
-                    const double bound = fabs(scale) * ROPE_RANGE_ABS;
+                    const double bound = fmax(fabs(scale) * ROPE_RANGE_ABS, 0x1p-140);
                     if (!rope_certify_f32(yc, bound, &crow[i]) ||
                         !rope_certify_f32(ys, bound, &srow[i]))
                         rope_entry_f32(start + a + b, inv_freq[i0 + i], t0[i], t1[i], t2[i],
@@ -212,7 +218,7 @@ ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int6
                 const int ok = certify_store8(
                     yc, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, yc), rel), err),
                     ys, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, ys), rel), err),
-                    crow + i, srow + i);
+                    crow + i, srow + i, 0);
                 if (ok != 0xFF)   /* rare: undecided lanes are rounded in double-double */
                     for (int l = 0; l < 4; l++)
                         if (!((ok >> l) & (ok >> (l + 4)) & 1))

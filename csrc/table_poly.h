@@ -43,7 +43,8 @@
 /* Error bounds of the fast double results y (docs/ACCURACY.md), each with
  * room for the rounding of y +- bound:
  *   direct (rope_cos_sin_turns, scaled): |y| * REL + |scale * m * t0| * ABS;
- *   angle addition (scaled):             |scale| * RANGE_ABS. */
+ *   angle addition (scaled):             max(|scale| * RANGE_ABS, 2^-140);
+ *   the floor 2^-140 keeps that tier from ever certifying a zero. */
 #define ROPE_DIRECT_REL 0x1.1p-44
 #define ROPE_DIRECT_ABS 0x1p-150
 #define ROPE_RANGE_ABS 0x1.01p-43
