@@ -220,6 +220,50 @@ def test_range_with_few_rows_and_frequencies(isa):
         assert_correctly_rounded(s.ravel(), want_s, f"{isa} n={n} half={half} sin")
 
 
+# ---- float64 tables: within 4 ulp of float64 ---------------------------------
+
+def float64_ulp_errors(got, ms, ws, scale=1.0):
+    """|got - exact| / ulp_f64(exact) per entry, computed in mpmath."""
+    out = []
+    with mp.workprec(320):
+        sc = mp.mpf(float(scale))
+        for (m, w), (gc, gs) in zip(zip(ms, ws), got):
+            for g, want in zip((gc, gs), (sc * y for y in mp.cos_sin(mp.mpf(int(m)) * mp.mpf(float(w))))):
+                ulp = mp.mpf(2) ** (max(int(mp.floor(mp.log(abs(want), 2))), -1022) - 52) if want else mp.mpf(2) ** -1074
+                out.append(float(abs(mp.mpf(float(g)) - want) / ulp))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("scale", [1.0, ATTENTION])
+def test_float64_tables_within_4_ulp(scale, near_zero_cases):
+    rng = np.random.default_rng(17)
+    pos = band_positions(rng)
+    for base in (10.0, 1e4, 1e7):
+        w = frequencies(base, 8)
+        c, s = _kernel.cos_sin_table_f64(pos, w, scale)
+        err = float64_ulp_errors(zip(c.ravel(), s.ravel()), np.repeat(pos, w.size), np.tile(w, pos.size), scale)
+        assert err.max() <= 4.0, f"base={base}: {err.max():.3f} ulp"
+    ms, ws = near_zero_cases[0][::23], near_zero_cases[1][::23]
+    got = [tuple(v[0, 0] for v in _kernel.cos_sin_table_f64(ms[j:j + 1], ws[j:j + 1], scale))
+           for j in range(ms.size)]
+    err = float64_ulp_errors(got, ms, ws, scale)
+    assert err.max() <= 4.0, f"near zeros: {err.max():.3f} ulp"
+
+
+def test_public_cos_sin_float64_and_bad_dtype():
+    rope = pyrope.Rope(64, layout="split_half", base=5e5)
+    pos = np.array([[3, 2**31 - 1], [-(2**24 + 1), 131071]])
+    c, s = rope.cos_sin(pos, dtype=np.float64)
+    assert c.dtype == s.dtype == np.float64 and c.shape == (2, 2, 32)
+    flat = pos.reshape(-1)
+    err = float64_ulp_errors(zip(c.reshape(-1, 32).ravel(), s.reshape(-1, 32).ravel()),
+                             np.repeat(flat, 32), np.tile(rope.inv_freq, flat.size))
+    assert err.max() <= 4.0
+    for bad in (np.int32, np.float16, "foo", None):
+        with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+            rope.cos_sin(pos, dtype=bad)
+
+
 # ---- SIMD kernels reproduce the scalar specification bit for bit ----------
 
 def _both(fn):
