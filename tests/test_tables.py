@@ -173,6 +173,25 @@ def test_adversarial_frequencies_within_one_ulp(isa):
     assert_correctly_rounded(got_s, want_s, f"{isa} sin, adversarial w")
 
 
+def test_edge_frequencies(isa):
+    # Zero, negative, the largest accepted, subnormal and tiny frequencies.
+    w = np.array([0.0, -1e-3, 4.0, -4.0, 5e-324, 1e-300, 2.0**-30, -0.7])
+    pos = np.array([0, 1, -1, 7, 2**24 + 1, MAX_POS, -MAX_POS], dtype=np.int64)
+    ms, ws = np.repeat(pos, w.size), np.tile(w, pos.size)
+    for scale in (1.0, ATTENTION):
+        want_c, want_s = exact_cos_sin(ms, ws, scale)
+        c, s = _kernel.cos_sin_table(pos, w, scale)
+        assert_correctly_rounded(c.ravel(), want_c, f"{isa} cos, edge w")
+        assert_correctly_rounded(s.ravel(), want_s, f"{isa} sin, edge w")
+        c, s = _kernel.cos_sin_range(-3, 7, w, scale)
+        want_c, want_s = exact_cos_sin(np.repeat(np.arange(-3, 4), w.size), np.tile(w, 7), scale)
+        assert_correctly_rounded(c.ravel(), want_c, f"{isa} range cos, edge w")
+        assert_correctly_rounded(s.ravel(), want_s, f"{isa} range sin, edge w")
+    # Zeros are +0 on every path.
+    assert not np.signbit(_kernel.cos_sin_table(pos, w, 1.0)[1][:, 0]).any()
+    assert not np.signbit(_kernel.cos_sin_range(-3, 7, w, 1.0)[1][:, 0]).any()
+
+
 def test_attention_factor_is_rounded_once(isa):
     rng = np.random.default_rng(5)
     w = frequencies(5e5, 64)
