@@ -97,6 +97,27 @@ ROPE_AVX2 static inline int certify_store8(__m256d yc, __m256d bc, __m256d ys, _
     return _mm256_movemask_ps(_mm256_cmp_ps(lo, hi, _CMP_EQ_OQ));
 }
 
+/* Scale, certify and store four direct entries (tier 2 of table.c); lanes
+ * the bound cannot decide are rounded in double-double. */
+ROPE_AVX2 static inline void direct_store(int64_t m, __m256d md, __m256d t0, __m256d c, __m256d s,
+                                          __m256d vscale, double scale, const double *w,
+                                          float *crow, float *srow)
+{
+    const __m256d sign = _mm256_set1_pd(-0.0), rel = _mm256_set1_pd(ROPE_DIRECT_REL);
+    const __m256d yc = _mm256_mul_pd(vscale, c), ys = _mm256_mul_pd(vscale, s);
+    const __m256d err = _mm256_mul_pd(
+        _mm256_andnot_pd(sign, _mm256_mul_pd(vscale, _mm256_mul_pd(md, t0))),
+        _mm256_set1_pd(ROPE_DIRECT_ABS));
+    const int ok = certify_store8(
+        yc, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, yc), rel), err),
+        ys, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, ys), rel), err),
+        crow, srow, 0);
+    if (ok != 0xFF)   /* rare */
+        for (int l = 0; l < 4; l++)
+            if (!((ok >> l) & (ok >> (l + 4)) & 1))
+                rope_cos_sin_correct_f32(m, w[l], scale, &crow[l], &srow[l]);
+}
+
 /* The dense range of table.c (table_range), four frequencies per vector. */
 ROPE_AVX2 static void table_range4(int64_t start, int64_t n_pos, const double *inv_freq,
                                    int64_t n_freq, double scale, float *cos_out, float *sin_out)
@@ -188,9 +209,6 @@ ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int6
     }
     double t0[ROPE_TURNS_CHUNK], t1[ROPE_TURNS_CHUNK], t2[ROPE_TURNS_CHUNK];
     const __m256d vscale = _mm256_set1_pd(scale);
-    const __m256d sign = _mm256_set1_pd(-0.0);
-    const __m256d rel = _mm256_set1_pd(ROPE_DIRECT_REL);
-    const __m256d abs_k = _mm256_set1_pd(ROPE_DIRECT_ABS);
     for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_TURNS_CHUNK) {
         const int64_t nf = n_freq - i0 < ROPE_TURNS_CHUNK ? n_freq - i0 : ROPE_TURNS_CHUNK;
         const int64_t nv = nf & ~(int64_t)3;
@@ -212,18 +230,7 @@ ROPE_AVX2 void rope_table_f32_avx2(const int64_t *positions, int64_t start, int6
                 const __m256d v0 = _mm256_loadu_pd(t0 + i);
                 __m256d c, s;
                 cos_sin4(md, v0, _mm256_loadu_pd(t1 + i), _mm256_loadu_pd(t2 + i), &c, &s);
-                const __m256d yc = _mm256_mul_pd(vscale, c), ys = _mm256_mul_pd(vscale, s);
-                const __m256d err = _mm256_mul_pd(
-                    _mm256_andnot_pd(sign, _mm256_mul_pd(vscale, _mm256_mul_pd(md, v0))), abs_k);
-                const int ok = certify_store8(
-                    yc, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, yc), rel), err),
-                    ys, _mm256_add_pd(_mm256_mul_pd(_mm256_andnot_pd(sign, ys), rel), err),
-                    crow + i, srow + i, 0);
-                if (ok != 0xFF)   /* rare: undecided lanes are rounded in double-double */
-                    for (int l = 0; l < 4; l++)
-                        if (!((ok >> l) & (ok >> (l + 4)) & 1))
-                            rope_cos_sin_correct_f32(m, inv_freq[i0 + i + l], scale,
-                                                     &crow[i + l], &srow[i + l]);
+                direct_store(m, md, v0, c, s, vscale, scale, inv_freq + i0 + i, crow + i, srow + i);
             }
             for (int64_t i = nv; i < nf; i++)
                 rope_entry_f32(m, inv_freq[i0 + i], t0[i], t1[i], t2[i], scale, &crow[i], &srow[i]);
