@@ -109,7 +109,7 @@ static const rope_kernels KERNELS_SCALAR = {
 #ifdef ROPE_HAVE_X86
 static const rope_kernels KERNELS_AVX2 = {
     {rope_row_interleaved_f32_avx2, rope_row_split_half_f32_avx2},
-    rope_table_f32_scalar,
+    rope_table_f32_avx2,
 };
 #endif
 

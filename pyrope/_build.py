@@ -12,7 +12,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
-SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2.c", "table.c"]
+SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2.c", "table.c", "table_avx2.c", "table_exact.c", "table_f64.c"]
 
 # C11, warnings on, no global -march: SIMD comes from function target
 # attributes. -ffp-contract=off keeps the scalar kernel's roundings exactly as

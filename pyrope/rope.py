@@ -131,17 +131,28 @@ class Rope:
 
     # ---- tables ------------------------------------------------------------
 
-    def cos_sin(self, positions):
-        """float32 ``(cos, sin)`` tables for integer ``positions``.
+    def cos_sin(self, positions, dtype=np.float32):
+        """``(cos, sin)`` tables for integer ``positions``.
 
         Shape ``positions.shape + (rotary_dim // 2,)``; entry ``[..., i]`` is
         ``attention_factor * cos(position * inv_freq[i])`` (and sin), with the
-        angle computed exactly, so the tables keep full float32 accuracy at any
-        position up to 2**31 - 1. No duplicated halves: layouts share tables.
+        angle taken as the exact product. ``dtype`` float32 (default): correctly
+        rounded at any position up to 2**31 - 1; float64: within 4 ulp
+        (docs/ACCURACY.md). No duplicated halves: layouts share tables.
         """
         pos = as_positions("positions", positions)
         flat = np.ascontiguousarray(pos.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
+        try:
+            kind = None if dtype is None else np.dtype(dtype)
+        except builtins.TypeError:
+            kind = None
+        if kind == np.float32:
+            table = _kernel.cos_sin_table
+        elif kind == np.float64:
+            table = _kernel.cos_sin_table_f64
+        else:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
+        cos, sin = table(flat, self._inv_freq, self._attention_factor)
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
