@@ -4,13 +4,13 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench clean
+.PHONY: demo test install install-test install-bench build bench sanitize fuzz clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
 install-test:       ## the package plus everything the tests need
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test,conformance]"
 
 demo: install
 	$(PYTHON) -m pyrope demo
@@ -29,3 +29,34 @@ bench: install-bench
 
 clean:
 	rm -rf build *.egg-info pyrope/_pyrope_cffi* .pytest_cache .benchmarks
+
+# The C core under AddressSanitizer + UndefinedBehaviorSanitizer: a separate
+# build in build/sanitize (the normal in-place build is left alone), then the
+# test suite with both kernels, with the ASan runtime preloaded into Python.
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+SAN_DIR = build/sanitize
+sanitize: install-test
+	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
+	cp -r pyrope csrc tests docs pyproject.toml README.md $(SAN_DIR)/
+	rm -f $(SAN_DIR)/pyrope/_pyrope_cffi*
+	cd $(SAN_DIR) && PYROPE_CFLAGS="$(SAN_FLAGS)" PYROPE_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) pyrope/_build.py
+	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  $(PYTHON) -c "import pyrope, sys; assert pyrope.__file__.startswith('$(CURDIR)/$(SAN_DIR)'), pyrope.__file__" && \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys
+
+# Coverage-guided fuzzing of the C entry points (libFuzzer, clang) for
+# FUZZ_SECONDS. New coverage is merged into tests/fuzz/corpus; a crashing
+# input is written to tests/fuzz/regressions/, which the test suite replays
+# (tests/test_fuzz_replay.py) once it is committed.
+FUZZ_SECONDS ?= 120
+fuzz:
+	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
+	mkdir -p build/fuzz-corpus tests/fuzz/regressions
+	clang -std=c11 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -o build/fuzz_rope
+	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
+	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus

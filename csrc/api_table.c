@@ -2,6 +2,9 @@
 #include "pyrope.h"
 #include "kernels.h"
 
+/* Shortest run of consecutive positions worth the dense-range kernel. */
+#define ROPE_MIN_RUN 48
+
 int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
                             double scale, const float *cos_out, const float *sin_out)
 {
@@ -34,7 +37,28 @@ int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;
-    rope_active_kernels()->table_f32(positions, 0, n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
+    /* Runs of consecutive positions take the dense-range kernel, the rest the
+     * per-position one; entries are correctly rounded, so the split never
+     * changes a bit, only the speed. */
+    const rope_table_f32_fn table = rope_active_kernels()->table_f32;
+    int64_t done = 0, p = 0;
+    while (p < n_pos) {
+        int64_t run = 1;
+        while (p + run < n_pos && positions[p + run] == positions[p] + run)
+            run++;
+        if (run >= ROPE_MIN_RUN) {
+            if (p > done)
+                table(positions + done, 0, p - done, inv_freq, n_freq, scale,
+                      cos_out + done * n_freq, sin_out + done * n_freq);
+            table(NULL, positions[p], run, inv_freq, n_freq, scale,
+                  cos_out + p * n_freq, sin_out + p * n_freq);
+            done = p + run;
+        }
+        p += run;
+    }
+    if (n_pos > done)
+        table(positions + done, 0, n_pos - done, inv_freq, n_freq, scale,
+              cos_out + done * n_freq, sin_out + done * n_freq);
     return ROPE_OK;
 }
 

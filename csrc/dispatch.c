@@ -118,7 +118,7 @@ static const rope_kernels KERNELS_SCALAR = {
 #ifdef ROPE_HAVE_X86
 static const rope_kernels KERNELS_AVX2 = {
     .rot = ROPE_ROT_TABLE(avx2),
-    .table_f32 = rope_table_f32_scalar,
+    .table_f32 = rope_table_f32_avx2,
 };
 #endif
 

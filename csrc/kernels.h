@@ -47,10 +47,13 @@ void rope_table_f32_scalar(const int64_t *positions, int64_t start, int64_t n_po
                            const double *inv_freq, int64_t n_freq, double scale,
                            float *cos_out, float *sin_out);
 
-/* AVX2 + FMA + F16C kernels (rotate_avx2.c); only called when the CPU has them. */
+/* AVX2 + FMA + F16C kernels (rotate_avx2.c, table_avx2.c); only called when the CPU has them. */
 #if defined(__x86_64__) || defined(__i386__)
 #define ROPE_HAVE_X86 1
 ROPE_DECLARE_ROT(avx2)
+void rope_table_f32_avx2(const int64_t *positions, int64_t start, int64_t n_pos,
+                         const double *inv_freq, int64_t n_freq, double scale,
+                         float *cos_out, float *sin_out);
 #endif
 
 /* The kernels one instruction set provides. */

@@ -71,10 +71,10 @@ int rope_get_isa(void);
 int rope_set_isa(int isa);
 
 /* cos/sin tables, float32, row-major [n_pos, n_freq]:
- *   cos[p][i] = scale * cos(positions[p] * inv_freq[i]), sin likewise.
- * The product positions[p] * inv_freq[i] is formed exactly (double-double),
- * reduced modulo pi/2 in extended precision, so tables stay accurate at any
- * |position| <= ROPE_MAX_POSITION. scale must be finite. */
+ *   cos[p][i] = scale * cos(positions[p] * inv_freq[i]), sin likewise,
+ * with the product positions[p] * inv_freq[i] taken exactly, and the result
+ * correctly rounded to float32 at any |position| <= ROPE_MAX_POSITION
+ * (docs/ACCURACY.md); |inv_freq[i]| <= 4 and scale finite. */
 int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
                      const double *inv_freq, int64_t n_freq, double scale,
                      float *cos_out, float *sin_out);
@@ -83,6 +83,12 @@ int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
 int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
                            const double *inv_freq, int64_t n_freq, double scale,
                            float *cos_out, float *sin_out);
+
+/* float64 tables [n_pos, n_freq] for float64 data: the same exact angles,
+ * each entry within about 1.5 ulp of float64 (scalar code). */
+int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
+                     const double *inv_freq, int64_t n_freq, double scale,
+                     double *cos_out, double *sin_out);
 
 /* Rotate x into out (out == x rotates in place).
  *

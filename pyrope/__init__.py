@@ -3,12 +3,26 @@
 ``Rope`` resolves a configuration (layout, head_dim, rotary_dim, base,
 scaling) to exact float64 frequencies and applies it to float32 query/key
 arrays with a SIMD C kernel. ``pyrope.reference`` is the standard-library
-reference the kernel is tested against.
+reference the kernel is tested against. Long-context frequency rules
+(PI, NTK, YaRN, Llama 3, LongRoPE, ...) live in ``pyrope.scaling``, model
+configs are read by ``pyrope.config`` and the contract is ``pyrope.contract``.
 """
 from ._kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
+from .config import load_hf_config, rope_arguments_from_hf_config
+from .contract import fingerprint, make_contract, resolved_from_contract
 from .errors import RopeError
 from .rope import Rope
+from .scaling import (NTK, Default, Dynamic, FreqFactors, Llama3, Linear, LongRope, Proportional,
+                      Resolved, Yarn, resolve)
+from .onnx_interop import from_hf, from_vllm, onnx_caches, onnx_rotary_embedding, to_hf, to_vllm
+from .positions import PartialRotary, apply_varlen, varlen_positions
+from . import cache, check, layout, positions, testing
 
 __version__ = "0.1.0"
-__all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas",
-           "get_num_threads", "set_num_threads", "__version__"]
+__all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
+           "get_num_threads", "set_num_threads",
+           "resolve", "Resolved", "Default", "Linear", "NTK", "Dynamic", "Yarn", "Llama3", "LongRope",
+           "Proportional", "FreqFactors", "load_hf_config", "rope_arguments_from_hf_config",
+           "make_contract", "fingerprint", "resolved_from_contract",
+           "PartialRotary", "apply_varlen", "varlen_positions", "onnx_rotary_embedding", "onnx_caches",
+           "from_hf", "to_hf", "from_vllm", "to_vllm", "cache", "check", "layout", "positions", "testing"]

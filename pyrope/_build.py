@@ -12,15 +12,16 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
-SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2.c", "table.c",
-           "threads.c", "yardstick.c"]
+SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2.c", "table.c", "table_avx2.c",
+           "table_exact.c", "table_f64.c", "threads.c", "yardstick.c"]
 
 # C11, warnings on, no global -march: SIMD comes from function target
 # attributes. -ffp-contract=off keeps the scalar kernel's roundings exactly as
 # written, which is what makes it the specification of the SIMD kernels.
-# PYROPE_CFLAGS adds flags (the sanitizer build uses it).
+# PYROPE_CFLAGS / PYROPE_LDFLAGS add flags (the sanitizer build uses them).
 CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fno-math-errno", "-pthread"]
 CFLAGS += os.environ.get("PYROPE_CFLAGS", "").split()
+LDFLAGS = (["-pthread"] if sys.platform != "win32" else []) + os.environ.get("PYROPE_LDFLAGS", "").split()
 
 
 def _cdef_from_header(path):
@@ -42,8 +43,8 @@ ffibuilder.set_source(
     sources=[os.path.relpath(os.path.join(CSRC, s)) for s in SOURCES],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=CFLAGS,
+    extra_link_args=LDFLAGS,
     libraries=["m"] if sys.platform != "win32" else [],
-    extra_link_args=["-pthread"] if sys.platform != "win32" else [],
 )
 
 if __name__ == "__main__":

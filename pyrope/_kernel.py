@@ -111,6 +111,18 @@ def cos_sin_table(positions, inv_freq, scale):
     return cos, sin
 
 
+def cos_sin_table_f64(positions, inv_freq, scale):
+    """float64 (cos, sin) of shape [len(positions), len(inv_freq)] for int64 positions."""
+    n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
+    cos = np.empty((n_pos, n_freq), dtype=np.float64)
+    sin = np.empty((n_pos, n_freq), dtype=np.float64)
+    status = lib.rope_cos_sin_f64(
+        pointer("int64_t *", positions), n_pos, pointer("double *", inv_freq), n_freq,
+        scale, pointer("double *", cos), pointer("double *", sin))
+    check_status(status, "cos_sin")
+    return cos, sin
+
+
 def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None):
     """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
     when given: C-contiguous float32 [n_pos, len(inv_freq)])."""

@@ -10,6 +10,9 @@ import numpy as np
 from . import _kernel
 from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
+from .config import rope_arguments_from_hf_config
+from .contract import fingerprint as _fingerprint
+from .contract import make_contract, resolved_from_contract
 from .errors import TypeError, ValueError
 from ._kernel import DTYPE_CODES, ffi, lib
 from ._table_cache import TableCache
@@ -32,11 +35,18 @@ class Rope:
     - ``base``: the frequency base b, ``omega_i = b ** (-2i / rotary_dim)``.
     - ``rotary_dim``: the rotated prefix of each head (default ``head_dim``);
       the coordinates past it are never touched.
-    - ``scaling``: a frequency rule (``None`` for the plain rule).
+    - ``scaling``: a frequency rule: ``None`` for the plain rule, a
+      transformers-style dict (``{"rope_type": "yarn", "factor": 4.0, ...}``),
+      a rule object from ``pyrope.scaling`` or a resolved rule
+      (see ``pyrope.scaling.resolve``).
+
+    ``Rope.from_hf_config`` builds one from a model's ``config.json``;
+    ``rope.contract()`` states what it computes, ``rope.fingerprint`` hashes
+    that, and ``Rope.from_contract`` rebuilds the identical rope.
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_tables")
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables")
 
     def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
         if layout is _MISSING:
@@ -59,7 +69,53 @@ class Rope:
         self._inv_freq = inv_freq
         self._attention_factor = float(resolved.attention_factor)
         self._resolved = resolved
+        self._fingerprint = None
         self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
+
+    @classmethod
+    def from_hf_config(cls, config, *, layout="split_half", seq_len=None, layer_type=None):
+        """The Rope of a transformers model config.
+
+        ``config``: a dict, a path to ``config.json`` (or its folder), or a
+        transformers config object; both the transformers-4 (``rope_scaling``)
+        and transformers-5 (``rope_parameters``) styles are read.
+        ``layout``: ``"split_half"`` for transformers checkpoints (their
+        ``rotate_half``); pass ``"interleaved"`` for GPT-J/Meta-style weights.
+        ``seq_len``: current length, for dynamic NTK and LongRoPE, whose
+        frequencies depend on it. ``layer_type``: the entry of a per-layer-type
+        ``rope_parameters``. See ``pyrope.config.rope_arguments_from_hf_config``.
+        """
+        args = rope_arguments_from_hf_config(config, seq_len=seq_len, layer_type=layer_type)
+        return cls(**args, layout=layout)
+
+    @classmethod
+    def from_contract(cls, contract):
+        """Rebuild the Rope a contract describes (``rope.contract()``, possibly via JSON).
+
+        The frequencies and attention factor are the contract's, bit for bit;
+        the result has the same fingerprint. Raises ``ValueError`` naming the
+        key of a malformed contract.
+        """
+        layout, head_dim, resolved = resolved_from_contract(contract)
+        base = resolved.params.get("base", 10000.0)  # informational: inv_freq is taken as is
+        return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved)
+
+    def contract(self):
+        """JSON-serialisable dict of everything that defines this position function.
+
+        Keys: format, layout, head_dim, rotary_dim, inv_freq (float.hex strings,
+        exact), attention_factor (float.hex), rule, params, original_window,
+        target_window. See ``pyrope.contract``.
+        """
+        return make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved)
+
+    @property
+    def fingerprint(self):
+        """SHA-256 hex digest of the contract's canonical form: equal exactly when
+        two ropes compute the same position function (cached keys may be shared)."""
+        if self._fingerprint is None:
+            self._fingerprint = _fingerprint(self.contract())
+        return self._fingerprint
 
     # ---- the contract ------------------------------------------------------
 
@@ -79,17 +135,28 @@ class Rope:
 
     # ---- tables ------------------------------------------------------------
 
-    def cos_sin(self, positions):
-        """float32 ``(cos, sin)`` tables for integer ``positions``.
+    def cos_sin(self, positions, dtype=np.float32):
+        """``(cos, sin)`` tables for integer ``positions``.
 
         Shape ``positions.shape + (rotary_dim // 2,)``; entry ``[..., i]`` is
         ``attention_factor * cos(position * inv_freq[i])`` (and sin), with the
-        angle computed exactly, so the tables keep full float32 accuracy at any
-        position up to 2**31 - 1. No duplicated halves: layouts share tables.
+        angle taken as the exact product. ``dtype`` float32 (default): correctly
+        rounded at any position up to 2**31 - 1; float64: within 4 ulp
+        (docs/ACCURACY.md). No duplicated halves: layouts share tables.
         """
         pos = as_positions("positions", positions)
         flat = np.ascontiguousarray(pos.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
+        try:
+            kind = None if dtype is None else np.dtype(dtype)
+        except builtins.TypeError:
+            kind = None
+        if kind == np.float32:
+            table = _kernel.cos_sin_table
+        elif kind == np.float64:
+            table = _kernel.cos_sin_table_f64
+        else:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
+        cos, sin = table(flat, self._inv_freq, self._attention_factor)
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
@@ -194,6 +261,27 @@ class Rope:
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False))
 
+    # ---- cached keys (pyrope.cache) ------------------------------------------
+
+    def rerotate(self, k, from_positions, to_positions, *, seq_axis=-3):
+        """Move keys this rope rotated at ``from_positions`` to ``to_positions``,
+        in place, in one pass (context shifting). Returns ``k``.
+
+        Fixes this layer's cached keys only: see :func:`pyrope.cache.rerotate`.
+        """
+        from .cache import rerotate
+        return rerotate(self, k, from_positions, to_positions, seq_axis=seq_axis)
+
+    def convert_keys(self, k, positions, to_rope, *, seq_axis=-3, out=None):
+        """Re-express keys this rope rotated at ``positions`` under ``to_rope``'s
+        frequency rule (dynamic NTK, LongRoPE short to long) without re-prefill.
+
+        Fixes this layer's keys, not hidden states computed under the old rule:
+        see :func:`pyrope.cache.convert_keys`.
+        """
+        from .cache import convert_keys
+        return convert_keys(self, k, positions, to_rope, seq_axis=seq_axis, out=out)
+
 
 class _Job:
     """One validated call: arrays to rotate, their outputs and the positions."""
@@ -247,7 +335,7 @@ class _Job:
         except builtins.ValueError:
             raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
                              f"and seq {n_seq}") from None
-        return np.ascontiguousarray(full.reshape(-1, n_seq))
+        return np.ascontiguousarray(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq))
 
     def run(self, inverse):
         rope = self.rope
@@ -421,20 +509,23 @@ def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
     dst = result if seq_axis == -3 else np.swapaxes(result, -3, -2)
     if in_place:
         dst = src
-    # The kernel wants a contiguous last axis and whole-element strides;
-    # anything else goes through a contiguous copy (documented).
+    # The kernel wants a contiguous last axis and aligned, whole-element
+    # strides; anything else goes through a contiguous copy (documented).
     if not _kernel_friendly(dst):
-        tmp = np.ascontiguousarray(src)
+        tmp = np.array(src, order="C")  # a fresh, aligned copy
         _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
         dst[...] = tmp
         return
     if not _kernel_friendly(src):
-        src = np.ascontiguousarray(src)
+        src = np.array(src, order="C")
     _rotate_batched(rope, src, dst, inverse, positions, offset, table)
 
 def _kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
     item = a.itemsize
-    return a.strides[-1] == item and all(s % item == 0 for s in a.strides)
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
 
 
 def _rotate_batched(rope, src, dst, inverse, positions, offset, table):

@@ -1,37 +1,647 @@
-"""Frequency rules: what inverse frequencies a RoPE uses.
+"""Long-context frequency rules: which frequency each rotation pair gets.
 
-Only the default rule lives here for now: theta_i = base ** (-2i / rotary_dim).
+``resolve(scaling, head_dim=, rotary_dim=, base=)`` turns a scaling description
+into a :class:`Resolved`: the float64 inverse-frequency vector, the attention
+factor that multiplies cos and sin, and the rule's resolved parameters.
+
+``scaling`` is ``None`` (original RoPE), a transformers-style dict
+(``{"rope_type": "yarn", "factor": 4.0, ...}``, ``"type"`` accepted as the old
+spelling), a rule name alone for rules without required keys
+(``"proportional"``), one of the rule objects below, or an already
+:class:`Resolved` (taken as is, e.g. from a contract).  Dict keys are the rule objects'
+field names, plus ``rope_type``/``type`` and, as in transformers 5's
+``rope_parameters``, ``rope_theta`` and ``partial_rotary_factor`` (checked
+against ``base`` and ``rotary_dim``).  Unknown rules, unknown keys, missing
+keys and contradictory values raise ``ValueError`` naming the key; wrong types
+raise ``TypeError``.
+
+Notation in the docstrings: ``d`` = rotary_dim, ``b`` = base,
+``theta_i = b ** (-2i/d)`` for pair ``i = 0 .. d/2 - 1``, ``s`` = factor,
+``L0`` = original window.  Definitions follow transformers'
+``modeling_rope_utils`` (4.5x and 5); arithmetic here is float64, where
+transformers rounds through float32.
 """
-from dataclasses import dataclass, field
-from typing import Optional
+
+from __future__ import annotations
+
+import builtins
+import math
+import numbers
+import operator
+from dataclasses import MISSING, dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 
-from .errors import ValueError
+from .errors import TypeError, ValueError
+
+__all__ = [
+    "Resolved",
+    "resolve",
+    "rule_from_dict",
+    "RULES",
+    "Default",
+    "Linear",
+    "NTK",
+    "Dynamic",
+    "Yarn",
+    "Llama3",
+    "LongRope",
+    "Proportional",
+    "FreqFactors",
+]
+
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True, eq=False)
+class Resolved:
+    """What a rule computed: everything that defines the position function.
+
+    ``inv_freq``: float64, read-only; pair ``i`` turns ``inv_freq[i]`` radians per
+    token, and ``rotary_dim = 2 * len(inv_freq)``.  ``attention_factor``
+    multiplies cos and sin (so attention logits scale by its square).  ``rule``
+    is the transformers ``rope_type`` name; ``params`` the rule's resolved
+    parameters (JSON-serialisable); ``original_window`` / ``target_window`` the
+    pre-training and extended context lengths when the rule has them.
+    """
+
+    inv_freq: np.ndarray
+    attention_factor: float
+    rule: str
+    params: dict
+    original_window: int | None = None
+    target_window: int | None = None
+
+    def __post_init__(self):
+        arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(f"inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise ValueError("inv_freq must hold finite values >= 0")
+        arr.flags.writeable = False
+        object.__setattr__(self, "inv_freq", arr)
+        factor = _positive_real("attention_factor", self.attention_factor, "Resolved")
+        object.__setattr__(self, "attention_factor", factor)
+        if not isinstance(self.rule, str) or not self.rule:
+            raise TypeError(f"rule must be a non-empty str, got {self.rule!r}")
+        if not isinstance(self.params, dict):
+            raise TypeError(f"params must be a dict, got {type(self.params).__name__}")
+        for name in ("original_window", "target_window"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _positive_int(name, value, "Resolved"))
+
+    @property
+    def rotary_dim(self) -> int:
+        """Number of rotated coordinates: ``2 * len(inv_freq)``."""
+        return 2 * self.inv_freq.shape[0]
+
+    def __eq__(self, other):
+        if not isinstance(other, Resolved):
+            return NotImplemented
+        return (
+            self.inv_freq.shape == other.inv_freq.shape
+            and self.inv_freq.tobytes() == other.inv_freq.tobytes()
+            and self.attention_factor == other.attention_factor
+            and self.rule == other.rule
+            and self.params == other.params
+            and self.original_window == other.original_window
+            and self.target_window == other.target_window
+        )
+
+    def __hash__(self):
+        return hash((self.inv_freq.tobytes(), self.attention_factor, self.rule,
+                     self.original_window, self.target_window))
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _positive_real(name, value, rule, *, allow_zero=False):
+    """``value`` as a float, which must be finite and > 0 (>= 0 with allow_zero)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{rule}: {name!r} must be a real number, got {value!r} ({type(value).__name__})")
+    out = float(value)
+    if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{rule}: {name!r} must be finite and {bound}, got {value!r}")
+    return out
+
+
+def _positive_int(name, value, rule):
+    """``value`` as an int >= 1; bools and floats are refused (no silent truncation)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r}")
+    try:
+        out = operator.index(value)
+    except builtins.TypeError:
+        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r} ({type(value).__name__})") from None
+    if out < 1:
+        raise ValueError(f"{rule}: {name!r} must be >= 1, got {out}")
+    return out
+
+
+def _optional(check, name, value, rule, **kw):
+    return None if value is None else check(name, value, rule, **kw)
+
+
+def _factor_list(name, value, rule):
+    """A non-empty list of finite positive numbers, as a tuple of floats."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or len(value) == 0:
+        raise TypeError(f"{rule}: {name!r} must be a non-empty list of numbers, got {value!r}")
+    return tuple(_positive_real(f"{name}[{i}]", v, rule) for i, v in enumerate(value))
+
+
+def _check_pairs(name, factors, rule, d):
+    """One factor per rotation pair: ``len(factors) == d // 2``."""
+    if len(factors) != d // 2:
+        raise ValueError(
+            f"{rule}: {name!r} must have rotary_dim/2 = {d // 2} entries (one per rotation pair), got {len(factors)}"
+        )
+
+
+def _base_theta(base, d):
+    """``theta_i = b ** (-2i/d)`` for the ``d // 2`` pairs, float64."""
+    return 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+
+
+def _base_change_exponent(d, rule):
+    if d <= 2:
+        raise ValueError(f"{rule}: rotary_dim must be > 2 for a base change (exponent d/(d-2)), got {d}")
+    return d / (d - 2)
+
+
+def _target(max_position_embeddings, original, factor):
+    """The extended window: the configured one when it extends the original, else factor * original."""
+    if max_position_embeddings is not None and max_position_embeddings > original:
+        return max_position_embeddings
+    return max(1, int(round(original * factor)))
+
+
+# --------------------------------------------------------------------------- rules
 
 
 @dataclass(frozen=True)
-class Resolved:
-    """A rule resolved to numbers: everything that defines the position function."""
+class Default:
+    """Original RoPE: ``inv_freq_i = b ** (-2i/d)``; attention factor 1."""
 
-    inv_freq: np.ndarray  # float64, read-only; rotary_dim = 2 * len(inv_freq)
-    attention_factor: float = 1.0  # multiplies cos and sin
-    rule: str = "default"
-    params: dict = field(default_factory=dict)
-    original_window: Optional[int] = None
-    target_window: Optional[int] = None
+    rope_type: ClassVar[str] = "default"
+
+    def _resolve(self, head_dim, d, base):
+        return Resolved(_base_theta(base, d), 1.0, self.rope_type, {"base": base})
 
 
-def default_inv_freq(rotary_dim, base):
-    """``base ** (-2i / rotary_dim)`` for i in 0..rotary_dim/2-1, in float64."""
-    exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
-    return 1.0 / (base ** exponents)
+@dataclass(frozen=True)
+class Linear:
+    """Position interpolation (PI): ``inv_freq_i = theta_i / s``; attention factor 1."""
+
+    factor: float
+    rope_type: ClassVar[str] = "linear"
+
+    def __post_init__(self):
+        object.__setattr__(self, "factor", _positive_real("factor", self.factor, self.rope_type))
+
+    def _resolve(self, head_dim, d, base):
+        return Resolved(_base_theta(base, d) / self.factor, 1.0, self.rope_type,
+                        {"base": base, "factor": self.factor})
 
 
-def resolve(scaling, *, head_dim, rotary_dim, base):
-    """Resolve a scaling rule (``None`` for the default) to a :class:`Resolved`."""
-    if scaling is not None:
-        raise ValueError(f"scaling must be None (only the default rule is available), got {scaling!r}")
-    inv_freq = default_inv_freq(rotary_dim, base)
-    inv_freq.flags.writeable = False
-    return Resolved(inv_freq=inv_freq)
+@dataclass(frozen=True)
+class NTK:
+    """Static NTK-aware base change: ``b' = b * s ** (d/(d-2))``, ``inv_freq_i = b' ** (-2i/d)``.
+
+    Pair 0 keeps frequency 1, the slowest pair is divided by exactly ``s``.  Not a
+    transformers rope_type (transformers only ships the dynamic variant).
+    """
+
+    factor: float
+    rope_type: ClassVar[str] = "ntk"
+
+    def __post_init__(self):
+        object.__setattr__(self, "factor", _positive_real("factor", self.factor, self.rope_type))
+
+    def _resolve(self, head_dim, d, base):
+        scaled = base * self.factor ** _base_change_exponent(d, self.rope_type)
+        return Resolved(_base_theta(scaled, d), 1.0, self.rope_type,
+                        {"base": base, "factor": self.factor, "scaled_base": scaled})
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """transformers' dynamic NTK: the base grows with the current length.
+
+    ``L = max(seq_len, max_position_embeddings)`` (``seq_len`` None: the window),
+    ``b' = b * (s * L / max_position_embeddings - (s - 1)) ** (d/(d-2))``,
+    ``inv_freq_i = b' ** (-2i/d)``; at or below the window ``b' = b``.  Attention
+    factor 1.  Keys already rotated under one ``seq_len`` are not valid under
+    another: resolve again (and re-rotate) when the length grows.
+    """
+
+    factor: float
+    max_position_embeddings: int
+    seq_len: int | None = None
+    rope_type: ClassVar[str] = "dynamic"
+
+    def __post_init__(self):
+        r = self.rope_type
+        object.__setattr__(self, "factor", _positive_real("factor", self.factor, r))
+        object.__setattr__(self, "max_position_embeddings",
+                           _positive_int("max_position_embeddings", self.max_position_embeddings, r))
+        object.__setattr__(self, "seq_len", _optional(_positive_int, "seq_len", self.seq_len, r))
+
+    def _resolve(self, head_dim, d, base):
+        window = self.max_position_embeddings
+        length = window if self.seq_len is None else max(self.seq_len, window)
+        exponent = _base_change_exponent(d, self.rope_type)
+        scaled = base * (self.factor * length / window - (self.factor - 1)) ** exponent
+        params = {"base": base, "factor": self.factor, "max_position_embeddings": window,
+                  "seq_len": length, "scaled_base": scaled}
+        return Resolved(_base_theta(scaled, d), 1.0, self.rope_type, params, window, length)
+
+
+@dataclass(frozen=True)
+class Yarn:
+    """YaRN as transformers defines it.
+
+    ``s`` = factor, or ``max_position_embeddings / L0`` when no factor is given;
+    ``L0`` = original_max_position_embeddings, or max_position_embeddings when
+    absent.  Ramp bounds, pair indices:
+    ``i(r) = d * ln(L0 / (2 pi r)) / (2 ln b)``, ``low = i(beta_fast)``,
+    ``high = i(beta_slow)``, floored/ceiled when ``truncate``, clamped to
+    ``[0, d-1]``; ``high += 0.001`` if equal.
+    ``g_i = clamp((i - low) / (high - low), 0, 1)`` and
+    ``inv_freq_i = g_i * theta_i / s + (1 - g_i) * theta_i``.
+    Attention factor: ``attention_factor`` if given; else, when mscale and
+    mscale_all_dim are both non-zero, ``m(s, mscale) / m(s, mscale_all_dim)``;
+    else ``m(s, 1)``, with ``m(s, k) = 0.1 k ln s + 1`` (1 when ``s <= 1``).
+    """
+
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool = True
+    rope_type: ClassVar[str] = "yarn"
+
+    def __post_init__(self):
+        r = self.rope_type
+        pos = _positive_real
+        object.__setattr__(self, "factor", _optional(pos, "factor", self.factor, r))
+        for name in ("original_max_position_embeddings", "max_position_embeddings"):
+            object.__setattr__(self, name, _optional(_positive_int, name, getattr(self, name), r))
+        object.__setattr__(self, "beta_fast", pos("beta_fast", self.beta_fast, r))
+        object.__setattr__(self, "beta_slow", pos("beta_slow", self.beta_slow, r))
+        for name in ("mscale", "mscale_all_dim"):
+            object.__setattr__(self, name, _optional(pos, name, getattr(self, name), r, allow_zero=True))
+        object.__setattr__(self, "attention_factor", _optional(pos, "attention_factor", self.attention_factor, r))
+        if not isinstance(self.truncate, bool):
+            raise TypeError(f"{r}: 'truncate' must be a bool, got {self.truncate!r}")
+        if self.beta_fast <= self.beta_slow:
+            raise ValueError(
+                f"{r}: 'beta_fast' must be greater than 'beta_slow' (fast pairs turn more), "
+                f"got beta_fast={self.beta_fast} and beta_slow={self.beta_slow}"
+            )
+        if self.original_max_position_embeddings is None and self.max_position_embeddings is None:
+            raise ValueError(f"{r}: needs 'original_max_position_embeddings' (or 'max_position_embeddings')")
+        if self.factor is None and (self.original_max_position_embeddings is None
+                                    or self.max_position_embeddings is None):
+            raise ValueError(f"{r}: needs 'factor', or both 'max_position_embeddings' and "
+                             "'original_max_position_embeddings' to derive it")
+
+    def _resolve(self, head_dim, d, base):
+        original = self.original_max_position_embeddings or self.max_position_embeddings
+        factor = self.factor if self.factor is not None else self.max_position_embeddings / original
+        low, high = _yarn_ramp_bounds(d, base, original, self.beta_fast, self.beta_slow, self.truncate)
+        theta = _base_theta(base, d)
+        ramp = np.clip((np.arange(d // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+        inv_freq = ramp * (theta / factor) + (1.0 - ramp) * theta
+
+        if self.attention_factor is not None:
+            attention, how = self.attention_factor, "given"
+        elif self.mscale and self.mscale_all_dim:
+            attention = _yarn_m(factor, self.mscale) / _yarn_m(factor, self.mscale_all_dim)
+            how = "mscale/mscale_all_dim"
+        else:
+            attention, how = _yarn_m(factor, 1.0), "0.1*ln(factor)+1"
+        params = {
+            "base": base, "factor": factor, "original_max_position_embeddings": original,
+            "beta_fast": self.beta_fast, "beta_slow": self.beta_slow, "truncate": self.truncate,
+            "mscale": self.mscale, "mscale_all_dim": self.mscale_all_dim,
+            "attention_factor_from": how, "ramp_low": float(low), "ramp_high": float(high),
+        }
+        target = _target(self.max_position_embeddings, original, factor)
+        return Resolved(inv_freq, attention, self.rope_type, params, original, target)
+
+
+def _yarn_m(scale, k):
+    """YaRN's magnitude ``0.1 * k * ln(scale) + 1``; 1 when scale <= 1."""
+    return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+
+
+def _yarn_ramp_bounds(d, base, original, beta_fast, beta_slow, truncate):
+    """(low, high) pair indices of YaRN's ramp; ``high`` nudged off ``low`` to avoid 0/0."""
+    def pair_turning(rotations):
+        # the pair that turns `rotations` full circles over the original window
+        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_turning(beta_fast), pair_turning(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    return low, high
+
+
+@dataclass(frozen=True)
+class Llama3:
+    """Llama 3.1's rule, by wavelength ``w_i = 2 pi / theta_i``.
+
+    ``w_i < L0 / high_freq_factor``: ``theta_i`` kept; ``w_i > L0 / low_freq_factor``:
+    ``theta_i / s``; in between, with
+    ``k = (L0 / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
+    ``(1 - k) * theta_i / s + k * theta_i``.  Attention factor 1.  ``factor`` is
+    used as given even when it differs from max/original (Llama 3.1 8B ships 8
+    with 131072/8192 = 16).
+    """
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+    max_position_embeddings: int | None = None
+    rope_type: ClassVar[str] = "llama3"
+
+    def __post_init__(self):
+        r = self.rope_type
+        for name in ("factor", "low_freq_factor", "high_freq_factor"):
+            object.__setattr__(self, name, _positive_real(name, getattr(self, name), r))
+        object.__setattr__(self, "original_max_position_embeddings",
+                           _positive_int("original_max_position_embeddings", self.original_max_position_embeddings, r))
+        object.__setattr__(self, "max_position_embeddings",
+                           _optional(_positive_int, "max_position_embeddings", self.max_position_embeddings, r))
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(
+                f"{r}: 'high_freq_factor' must be greater than 'low_freq_factor', got "
+                f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor}"
+            )
+
+    def _resolve(self, head_dim, d, base):
+        theta = _base_theta(base, d)
+        s, lo, hi, window = self.factor, self.low_freq_factor, self.high_freq_factor, self.original_max_position_embeddings
+        wavelength = 2 * math.pi / theta
+        k = (window / wavelength - lo) / (hi - lo)
+        inv_freq = np.where(
+            wavelength < window / hi, theta,
+            np.where(wavelength > window / lo, theta / s, (1 - k) * theta / s + k * theta),
+        )
+        params = {"base": base, "factor": s, "low_freq_factor": lo, "high_freq_factor": hi,
+                  "original_max_position_embeddings": window}
+        return Resolved(inv_freq, 1.0, self.rope_type, params, window,
+                        _target(self.max_position_embeddings, window, s))
+
+
+@dataclass(frozen=True)
+class LongRope:
+    """LongRoPE (Phi-3, Phi-3.5, Phi-4-mini): per-pair divisors chosen by length.
+
+    ``inv_freq_i = theta_i / f_i`` with ``f = long_factor`` when
+    ``seq_len > L0`` and ``f = short_factor`` otherwise (``seq_len`` None: short,
+    as transformers starts).  ``L0`` = original_max_position_embeddings, or
+    max_position_embeddings when absent.  Attention factor: ``attention_factor``
+    if given, else with ``s`` = factor (or ``max_position_embeddings / L0``)
+    ``sqrt(1 + ln s / ln L0)``, 1 when ``s <= 1``.  Keys rotated with the short
+    set are not valid once the long set is in use.
+    """
+
+    short_factor: tuple
+    long_factor: tuple
+    original_max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = None
+    factor: float | None = None
+    attention_factor: float | None = None
+    seq_len: int | None = None
+    rope_type: ClassVar[str] = "longrope"
+
+    def __post_init__(self):
+        r = self.rope_type
+        for name in ("short_factor", "long_factor"):
+            object.__setattr__(self, name, _factor_list(name, getattr(self, name), r))
+        if len(self.short_factor) != len(self.long_factor):
+            raise ValueError(f"{r}: 'short_factor' and 'long_factor' must have the same length, "
+                             f"got {len(self.short_factor)} and {len(self.long_factor)}")
+        for name in ("original_max_position_embeddings", "max_position_embeddings", "seq_len"):
+            object.__setattr__(self, name, _optional(_positive_int, name, getattr(self, name), r))
+        for name in ("factor", "attention_factor"):
+            object.__setattr__(self, name, _optional(_positive_real, name, getattr(self, name), r))
+        if self.original_max_position_embeddings is None and self.max_position_embeddings is None:
+            raise ValueError(f"{r}: needs 'original_max_position_embeddings' (or 'max_position_embeddings')")
+        if self.attention_factor is None and self.factor is None and (
+                self.original_max_position_embeddings is None or self.max_position_embeddings is None):
+            raise ValueError(f"{r}: needs 'factor' or 'attention_factor', or both 'max_position_embeddings' and "
+                             "'original_max_position_embeddings' to derive the attention factor")
+
+    def _resolve(self, head_dim, d, base):
+        r = self.rope_type
+        _check_pairs("short_factor", self.short_factor, r, d)
+        _check_pairs("long_factor", self.long_factor, r, d)
+        original = self.original_max_position_embeddings or self.max_position_embeddings
+        long = self.seq_len is not None and self.seq_len > original
+        chosen = self.long_factor if long else self.short_factor
+        inv_freq = _base_theta(base, d) / np.array(chosen, dtype=np.float64)
+
+        factor = self.factor
+        if factor is None and self.max_position_embeddings is not None:
+            factor = self.max_position_embeddings / original
+        if self.attention_factor is not None:
+            attention, how = self.attention_factor, "given"
+        elif factor <= 1.0:
+            attention, how = 1.0, "factor<=1"
+        else:
+            attention = math.sqrt(1 + math.log(factor) / math.log(original))
+            how = "sqrt(1+ln(factor)/ln(original))"
+        params = {"base": base, "factor": factor, "original_max_position_embeddings": original,
+                  "variant": "long" if long else "short", "ext_factors": list(chosen),
+                  "attention_factor_from": how}
+        target = _target(self.max_position_embeddings, original, factor if factor is not None else 1.0)
+        return Resolved(inv_freq, attention, r, params, original, target)
+
+
+@dataclass(frozen=True)
+class Proportional:
+    """transformers 5 "proportional" RoPE (Gemma-style partial rotation).
+
+    Exponents run over the whole head: ``n`` pairs get
+    ``inv_freq_i = b ** (-2i/head_dim) / s`` and the other ``head_dim/2 - n`` pairs
+    frequency 0, so ``len(inv_freq) = head_dim // 2`` (rotary_dim = head_dim).
+    ``n = int(partial_rotary_factor * head_dim // 2)`` when the factor is given,
+    else ``rotary_dim // 2``.  Attention factor 1.
+    """
+
+    factor: float = 1.0
+    partial_rotary_factor: float | None = None
+    rope_type: ClassVar[str] = "proportional"
+
+    def __post_init__(self):
+        r = self.rope_type
+        object.__setattr__(self, "factor", _positive_real("factor", self.factor, r))
+        p = _optional(_positive_real, "partial_rotary_factor", self.partial_rotary_factor, r)
+        if p is not None and p > 1:
+            raise ValueError(f"{r}: 'partial_rotary_factor' must be in (0, 1], got {p}")
+        object.__setattr__(self, "partial_rotary_factor", p)
+
+    def _resolve(self, head_dim, d, base):
+        r = self.rope_type
+        if self.partial_rotary_factor is None:
+            rotated = d // 2
+        else:
+            rotated = int(self.partial_rotary_factor * head_dim // 2)
+            if d not in (head_dim, 2 * rotated):
+                raise ValueError(
+                    f"{r}: rotary_dim={d} contradicts partial_rotary_factor={self.partial_rotary_factor} "
+                    f"with head_dim={head_dim} (expected {head_dim} or {2 * rotated})"
+                )
+        if rotated < 1:
+            raise ValueError(f"{r}: no pair left to rotate (head_dim={head_dim}, "
+                             f"partial_rotary_factor={self.partial_rotary_factor})")
+        inv_freq = np.zeros(head_dim // 2, dtype=np.float64)
+        inv_freq[:rotated] = 1.0 / (base ** (np.arange(0, 2 * rotated, 2, dtype=np.float64) / head_dim))
+        inv_freq /= self.factor
+        params = {"base": base, "factor": self.factor, "rotated_pairs": rotated,
+                  "partial_rotary_factor": self.partial_rotary_factor}
+        return Resolved(inv_freq, 1.0, r, params)
+
+
+@dataclass(frozen=True)
+class FreqFactors:
+    """Explicit per-pair divisors, like llama.cpp's ``rope_freqs`` tensor.
+
+    ``inv_freq_i = theta_i / factors[i]``; ``attention_factor`` as given (1 by default).
+    """
+
+    factors: tuple
+    attention_factor: float = 1.0
+    rope_type: ClassVar[str] = "freq_factors"
+
+    def __post_init__(self):
+        r = self.rope_type
+        object.__setattr__(self, "factors", _factor_list("factors", self.factors, r))
+        object.__setattr__(self, "attention_factor", _positive_real("attention_factor", self.attention_factor, r))
+
+    def _resolve(self, head_dim, d, base):
+        _check_pairs("factors", self.factors, self.rope_type, d)
+        inv_freq = _base_theta(base, d) / np.array(self.factors, dtype=np.float64)
+        params = {"base": base, "factors": list(self.factors)}
+        return Resolved(inv_freq, self.attention_factor, self.rope_type, params)
+
+
+RULES = {cls.rope_type: cls for cls in (Default, Linear, NTK, Dynamic, Yarn, Llama3, LongRope,
+                                        Proportional, FreqFactors)}
+
+# keys any dict may carry (transformers 5 puts them in rope_parameters); checked, not used
+_CONTEXT_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def rule_from_dict(scaling: dict):
+    """Build the rule object a transformers-style dict describes.
+
+    ``rope_type`` (or the old ``type``; both must agree when both are present)
+    names the rule, the other keys are its fields.  A ``None`` value counts as
+    absent, as in transformers.  ``rope_theta`` and ``partial_rotary_factor`` are
+    allowed and left for :func:`resolve` to check.
+    """
+    if not isinstance(scaling, dict):
+        raise TypeError(f"scaling must be a dict, got {type(scaling).__name__}")
+    new, old = scaling.get("rope_type"), scaling.get("type")
+    if new is not None and old is not None and new != old:
+        raise ValueError(f"scaling: 'type'={old!r} and 'rope_type'={new!r} name different rules")
+    name = new if new is not None else old
+    if name is None:
+        name = "default"
+    if not isinstance(name, str):
+        raise TypeError(f"scaling: 'rope_type' must be a str, got {name!r}")
+    if name not in RULES:
+        raise ValueError(f"scaling: unknown 'rope_type' {name!r}; known rules: {', '.join(sorted(RULES))}")
+    cls = RULES[name]
+    names = [f.name for f in fields(cls)]
+    allowed = set(names) | set(_CONTEXT_KEYS)
+    unknown = sorted(k for k in scaling if k not in allowed)
+    if unknown:
+        raise ValueError(f"{name}: unknown key(s) {unknown}; this rule reads {sorted(names)}")
+    kwargs = {k: scaling[k] for k in names if scaling.get(k) is not None}
+    if name == "proportional" and scaling.get("partial_rotary_factor") is not None:
+        kwargs["partial_rotary_factor"] = scaling["partial_rotary_factor"]
+    required = [f.name for f in fields(cls) if f.default is MISSING]
+    missing = [k for k in required if k not in kwargs]
+    if missing:
+        raise ValueError(f"{name}: missing required key(s) {missing}")
+    return cls(**kwargs)
+
+
+def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved:
+    """Resolve ``scaling`` for a head into frequencies and attention factor.
+
+    ``scaling``: ``None`` (original RoPE), a transformers-style dict (see
+    :func:`rule_from_dict`), a rule name (``"proportional"``), a rule object
+    (``Linear(8.0)``, ``Yarn(...)`` ...) or a :class:`Resolved`, returned as is
+    when its ``rotary_dim`` is ``rotary_dim`` (or ``head_dim``).
+    ``head_dim``: coordinates per head; ``rotary_dim``: how many of them rotate
+    (even, 2 .. head_dim); ``base``: RoPE base (``rope_theta``), > 1.
+    Returns a :class:`Resolved`.  ``ValueError``/``TypeError`` name the argument
+    or key, the rule and the value received.
+    """
+    head_dim = _positive_int("head_dim", head_dim, "resolve")
+    rotary_dim = _positive_int("rotary_dim", rotary_dim, "resolve")
+    if rotary_dim % 2:
+        raise ValueError(f"resolve: 'rotary_dim' must be even, got {rotary_dim}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"resolve: 'rotary_dim' ({rotary_dim}) must not exceed 'head_dim' ({head_dim})")
+    base = _positive_real("base", base, "resolve")
+    if base <= 1.0:
+        raise ValueError(f"resolve: 'base' must be > 1, got {base}")
+
+    if isinstance(scaling, Resolved):
+        if scaling.rotary_dim not in (rotary_dim, head_dim) or scaling.rotary_dim > head_dim:
+            raise ValueError(f"resolve: a Resolved with rotary_dim {scaling.rotary_dim} does not fit "
+                             f"rotary_dim={rotary_dim}, head_dim={head_dim}")
+        return scaling
+    if isinstance(scaling, str):
+        scaling = {"rope_type": scaling}
+    if scaling is None:
+        rule = Default()
+    elif isinstance(scaling, dict):
+        rule = rule_from_dict(scaling)
+        _check_context(scaling, rule, head_dim, rotary_dim, base)
+    elif type(scaling) in RULES.values():
+        rule = scaling
+    else:
+        raise TypeError(
+            f"resolve: 'scaling' must be None, a rule name, a dict, a Resolved or a rule object "
+            f"({', '.join(c.__name__ for c in RULES.values())}), got {type(scaling).__name__}"
+        )
+    return rule._resolve(head_dim, rotary_dim, base)
+
+
+def _check_context(scaling, rule, head_dim, rotary_dim, base):
+    """``rope_theta`` / ``partial_rotary_factor`` inside the dict must agree with the arguments."""
+    name = rule.rope_type
+    theta = scaling.get("rope_theta")
+    if theta is not None and _positive_real("rope_theta", theta, name) != base:
+        raise ValueError(f"{name}: 'rope_theta'={theta!r} contradicts base={base!r}")
+    p = scaling.get("partial_rotary_factor")
+    if p is not None and name != "proportional":
+        p = _positive_real("partial_rotary_factor", p, name)
+        if int(head_dim * p) != rotary_dim:
+            raise ValueError(
+                f"{name}: 'partial_rotary_factor'={p!r} gives rotary_dim int({head_dim} * {p}) = "
+                f"{int(head_dim * p)}, contradicting rotary_dim={rotary_dim}"
+            )

@@ -1,0 +1,26 @@
+"""A ``Rope`` with caller-given inverse frequencies and attention factor.
+
+Used for the twins ``rerotate``/``convert_keys`` need (same frequencies,
+factor 1) and for the partial-rotary conventions in ``pyrope.positions``.
+It goes through the public path: ``Rope(..., scaling=Resolved(...))``.
+"""
+import numpy as np
+
+from .rope import Rope
+from .scaling import Resolved
+
+
+def explicit_rope(head_dim, *, layout, inv_freq, attention_factor=1.0, rule="explicit"):
+    """A ``Rope`` rotating ``2 * len(inv_freq)`` coordinates with exactly these frequencies."""
+    resolved = Resolved(inv_freq=np.asarray(inv_freq, dtype=np.float64).reshape(-1),
+                        attention_factor=float(attention_factor), rule=rule, params={})
+    return Rope(head_dim, layout=layout, rotary_dim=2 * resolved.inv_freq.size, scaling=resolved)
+
+
+def unit_twin(rope):
+    """``rope`` with attention factor 1: rotation by an angle difference must
+    not scale keys that already carry the factor."""
+    if rope.attention_factor == 1.0:
+        return rope
+    return explicit_rope(rope.head_dim, layout=rope.layout, inv_freq=rope.inv_freq,
+                         attention_factor=1.0, rule="unit-factor twin")

@@ -1,0 +1,100 @@
+"""Cached keys under a changed position rule: re-rotation and conversion.
+
+Keys in a KV cache were rotated when written, so the position they were
+rotated at and the frequency rule are part of the cache state.
+
+- :func:`rerotate` moves cached keys to new positions (context shifting,
+  dropping tokens from the middle of a cache): the angle difference is an
+  exact integer position delta, so one rotation by ``to - from`` in place is
+  exact and never re-derives the unrotated key.
+- :func:`convert_keys` moves cached keys from one frequency rule to another
+  (dynamic NTK growing its base, LongRoPE switching short to long factors):
+  un-rotate with the old rule, rotate with the new one.
+
+Neither repairs anything but the keys of the layer they are applied to.
+Hidden states of later layers were computed by attention under the old rule
+(and, after a shift, with the dropped tokens visible); their keys and values
+differ from a fresh prefill under the new rule whatever angle they are
+turned to. Converting keys therefore fixes layer 0 exactly and every other
+layer only approximately: re-prefill when exactness matters, and compare
+with ``pyrope.testing`` before trusting a conversion.
+"""
+import builtins
+
+import numpy as np
+
+from ._checks import MAX_POSITION, as_positions
+from ._explicit import explicit_rope, unit_twin
+from .errors import TypeError, ValueError
+
+
+def _rope_type():
+    from .rope import Rope
+    return Rope
+
+
+def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
+    """Rotate cached keys ``k`` from ``from_positions`` to ``to_positions``, in place.
+
+    - ``k``: float32 keys already rotated by ``rope`` at ``from_positions``,
+      ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``) or
+      ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``); written in place.
+    - ``from_positions``, ``to_positions``: integer arrays ``[seq]`` or
+      ``[*batch, seq]`` (broadcast against each other).
+
+    One pass: each key turns by ``(to - from) * inv_freq``, an exact integer
+    position delta, with the rope's attention factor applied once (the
+    keys already carry it). ``|to - from|`` must stay within 2**31 - 1.
+    Returns ``k``. See the module notes: this fixes this layer's keys only.
+    """
+    if not isinstance(rope, _rope_type()):
+        raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
+    src = as_positions("from_positions", from_positions)
+    dst = as_positions("to_positions", to_positions)
+    try:
+        src, dst = np.broadcast_arrays(src, dst)
+    except builtins.ValueError:
+        raise ValueError(f"from_positions {src.shape} and to_positions {dst.shape} must broadcast "
+                         f"to one shape") from None
+    delta = dst - src
+    if delta.size and int(np.max(np.abs(delta))) > MAX_POSITION:
+        raise ValueError(f"to_positions - from_positions must lie within +-{MAX_POSITION}, got "
+                         f"{int(delta.reshape(-1)[np.argmax(np.abs(delta))])}")
+    if isinstance(k, np.ndarray) and not k.flags.writeable:
+        raise ValueError("k is read-only (rerotate works in place)")
+    return unit_twin(rope).apply(k, positions=delta, seq_axis=seq_axis, out=k)
+
+
+def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
+    """Keys rotated by ``rope`` at ``positions``, re-expressed under ``to_rope``.
+
+    ``to_rope`` must have the same ``head_dim`` and ``layout`` (a layout
+    change is a weight permutation: see ``pyrope.layout``); ``rotary_dim``,
+    frequencies and attention factor may differ. ``out=None`` returns a new
+    array, ``out=k`` converts in place. Two passes: un-rotate under the old
+    rule (factor kept), rotate under the new one with the factor ratio.
+    Exact for this layer's keys only (see the module notes).
+    """
+    Rope = _rope_type()
+    if not isinstance(rope, Rope):
+        raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
+    if not isinstance(to_rope, Rope):
+        raise TypeError(f"to_rope must be a pyrope.Rope, got {type(to_rope).__name__}")
+    if to_rope.head_dim != rope.head_dim:
+        raise ValueError(f"to_rope.head_dim must equal head_dim={rope.head_dim}, got {to_rope.head_dim}")
+    if to_rope.layout != rope.layout:
+        raise ValueError(f"to_rope.layout must equal layout={rope.layout!r}, got {to_rope.layout!r}: "
+                         f"a layout change permutes the projection weights (pyrope.layout), not cached keys")
+    if rope.attention_factor == 0.0:
+        raise ValueError("cannot convert keys from a rope with attention_factor 0")
+    ratio = to_rope.attention_factor / rope.attention_factor
+    forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
+        to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,
+        rule="conversion")
+    # First pass validates k, positions and out before anything is written.
+    tmp = unit_twin(rope).apply(k, positions=positions, seq_axis=seq_axis, inverse=True,
+                                out=out if out is not None and out is not k else None)
+    if out is k:
+        # tmp is a fresh array; write the result straight into k.
+        return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=k)
+    return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=tmp)

@@ -1,0 +1,200 @@
+"""The rope contract: a JSON document of everything that defines a position function.
+
+Two caches may share rotated keys only when their contracts are equal; the
+fingerprint is a short, stable way to compare them.
+
+Contract (``make_contract``), a dict with exactly these keys::
+
+    format            "pyrope.contract/1"
+    layout            str, the coordinate pairing (e.g. "split_half")
+    head_dim          int
+    rotary_dim        int, 2 * len(inv_freq)
+    inv_freq          list of float.hex() strings, exact float64 values
+    attention_factor  float.hex() string
+    rule              str, transformers rope_type name ("default" for none)
+    params            dict, the rule's resolved parameters (JSON numbers)
+    original_window   int or null
+    target_window     int or null
+
+Fingerprint (``fingerprint``): the SHA-256 hex digest of the canonical form, the
+contract rebuilt from its own values with every JSON float inside ``params``
+replaced by its ``float.hex()`` string, then
+``json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+allow_nan=False)`` encoded as ASCII.  Hex strings make the bytes independent of
+how any Python version prints floats, so the same numbers give the same
+fingerprint everywhere.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import hashlib
+import json
+import math
+import numbers
+
+from .errors import TypeError, ValueError
+from .scaling import Resolved
+
+__all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "canonical_json"]
+
+FORMAT = "pyrope.contract/1"
+
+_KEYS = ("format", "layout", "head_dim", "rotary_dim", "inv_freq", "attention_factor", "rule", "params",
+         "original_window", "target_window")
+
+
+def make_contract(*, layout: str, head_dim: int, resolved: Resolved) -> dict:
+    """The JSON-serialisable contract of a rope (see the module docstring for the keys).
+
+    ``layout``: the coordinate pairing name; ``head_dim``: coordinates per head;
+    ``resolved``: what :func:`pyrope.scaling.resolve` returned.
+    """
+    if not isinstance(resolved, Resolved):
+        raise TypeError(f"make_contract: 'resolved' must be a Resolved, got {type(resolved).__name__}")
+    _check_layout(layout)
+    head_dim = _check_window_like("head_dim", head_dim, allow_none=False)
+    if resolved.rotary_dim > head_dim:
+        raise ValueError(f"make_contract: rotary_dim {resolved.rotary_dim} exceeds head_dim {head_dim}")
+    params = copy.deepcopy(resolved.params)
+    _check_json_params(params, "params")
+    return {
+        "format": FORMAT,
+        "layout": layout,
+        "head_dim": head_dim,
+        "rotary_dim": resolved.rotary_dim,
+        "inv_freq": [float(v).hex() for v in resolved.inv_freq],
+        "attention_factor": float(resolved.attention_factor).hex(),
+        "rule": resolved.rule,
+        "params": params,
+        "original_window": resolved.original_window,
+        "target_window": resolved.target_window,
+    }
+
+
+def resolved_from_contract(d: dict):
+    """Validate a contract and return ``(layout, head_dim, Resolved)``.
+
+    Refuses (``ValueError``/``TypeError`` naming the key) a wrong format
+    version, missing or unknown keys, malformed hex floats, negative or
+    non-finite frequencies, a ``rotary_dim`` that is not ``2 * len(inv_freq)``
+    or exceeds ``head_dim``.
+    """
+    if not isinstance(d, dict):
+        raise TypeError(f"contract must be a dict, got {type(d).__name__}")
+    if d.get("format") != FORMAT:
+        raise ValueError(f"contract: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
+    missing = [k for k in _KEYS if k not in d]
+    unknown = sorted(k for k in d if k not in _KEYS)
+    if missing:
+        raise ValueError(f"contract: missing key(s) {missing}")
+    if unknown:
+        raise ValueError(f"contract: unknown key(s) {unknown}")
+    layout = d["layout"]
+    _check_layout(layout)
+    head_dim = _check_window_like("head_dim", d["head_dim"], allow_none=False)
+    rotary_dim = _check_window_like("rotary_dim", d["rotary_dim"], allow_none=False)
+    freqs = d["inv_freq"]
+    if not isinstance(freqs, list) or not freqs:
+        raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {freqs!r}")
+    inv_freq = [_from_hex(f"inv_freq[{i}]", s) for i, s in enumerate(freqs)]
+    if any(v < 0 for v in inv_freq):
+        raise ValueError("contract: 'inv_freq' values must be >= 0")
+    if rotary_dim != 2 * len(inv_freq):
+        raise ValueError(f"contract: 'rotary_dim' {rotary_dim} must be 2 * len(inv_freq) = {2 * len(inv_freq)}")
+    if rotary_dim > head_dim:
+        raise ValueError(f"contract: 'rotary_dim' {rotary_dim} exceeds 'head_dim' {head_dim}")
+    attention = _from_hex("attention_factor", d["attention_factor"])
+    if not attention > 0:
+        raise ValueError(f"contract: 'attention_factor' must be > 0, got {attention!r}")
+    rule = d["rule"]
+    if not isinstance(rule, str) or not rule:
+        raise ValueError(f"contract: 'rule' must be a non-empty str, got {rule!r}")
+    params = d["params"]
+    if not isinstance(params, dict):
+        raise ValueError(f"contract: 'params' must be an object, got {params!r}")
+    _check_json_params(params, "params")
+    resolved = Resolved(
+        inv_freq=inv_freq,
+        attention_factor=attention,
+        rule=rule,
+        params=copy.deepcopy(params),
+        original_window=_check_window_like("original_window", d["original_window"]),
+        target_window=_check_window_like("target_window", d["target_window"]),
+    )
+    return layout, head_dim, resolved
+
+
+def canonical_json(contract: dict) -> str:
+    """The canonical text hashed by :func:`fingerprint` (validated first)."""
+    layout, head_dim, resolved = resolved_from_contract(contract)
+    clean = make_contract(layout=layout, head_dim=head_dim, resolved=resolved)
+    clean["params"] = _hex_floats(clean["params"])
+    return json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def fingerprint(contract: dict) -> str:
+    """SHA-256 hex digest of :func:`canonical_json` of the contract."""
+    return hashlib.sha256(canonical_json(contract).encode("ascii")).hexdigest()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_layout(layout):
+    if not isinstance(layout, str) or not layout:
+        raise ValueError(f"contract: 'layout' must be a non-empty str, got {layout!r}")
+
+
+def _check_window_like(key, value, *, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"contract: {key!r} must be a positive int{' or null' if allow_none else ''}, got {value!r}")
+    return int(value)
+
+
+def _from_hex(key, text):
+    if not isinstance(text, str):
+        raise ValueError(f"contract: {key!r} must be a float.hex() string, got {text!r}")
+    try:
+        value = float.fromhex(text)
+    except (builtins.ValueError, builtins.OverflowError):
+        raise ValueError(f"contract: {key!r} is not a hex float: {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"contract: {key!r} must be finite, got {text!r}")
+    return value
+
+
+def _check_json_params(value, path):
+    """params may hold only JSON values: str, bool, int, finite float, None, lists and str-keyed dicts."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"contract: {path} must be finite, got {value!r}")
+        return
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_params(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise ValueError(f"contract: {path} keys must be str, got {k!r}")
+            _check_json_params(item, f"{path}.{k}")
+        return
+    if isinstance(value, numbers.Real):
+        raise ValueError(f"contract: {path} must be a plain int or float, got {type(value).__name__}")
+    raise ValueError(f"contract: {path} is not a JSON value: {value!r}")
+
+
+def _hex_floats(value):
+    if isinstance(value, float):
+        return value.hex()
+    if isinstance(value, list):
+        return [_hex_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _hex_floats(v) for k, v in value.items()}
+    return value

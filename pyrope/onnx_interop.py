@@ -1,0 +1,183 @@
+"""ONNX ``RotaryEmbedding`` (opset 23) on the pyrope kernel, and converters
+between the cos/sin table formats backends already hold.
+
+Table formats (``r`` = rotary_dim, ``h = r/2``):
+
+- half width ``[..., h]``: ONNX caches, flash-attn, ``Rope.cos_sin``;
+- HF duplicated ``[..., r]``: ``cat(freqs, freqs)`` halves (split-half
+  models) or ``repeat_interleave(freqs, 2)`` (interleaved models);
+- vLLM ``cos_sin_cache`` ``[max_pos, r]``: ``cat(cos_half, sin_half)``.
+"""
+import numpy as np
+
+from . import _kernel
+from ._checks import as_int
+from .errors import TypeError, ValueError
+
+_DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
+
+
+def _f32(name, a):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32 (native byte order), got {a.dtype.str} ({a.dtype})")
+    return a
+
+
+def _flag(name, value, allowed):
+    value = as_int(name, value)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value}")
+    return value
+
+
+def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, interleaved=0,
+                          rotary_embedding_dim=0, num_heads=0):
+    """ONNX ``RotaryEmbedding`` (opset 23), exactly; returns a new float32 array.
+
+    - ``input``: ``[batch, num_heads, seq, head_size]`` or ``[batch, seq, hidden]``
+      (then ``num_heads`` is required and ``head_size = hidden / num_heads``).
+    - ``cos_cache``, ``sin_cache``: float32 ``[max_pos, rotary_dim/2]`` indexed
+      by ``position_ids`` (int ``[batch, seq]``), or ``[batch, seq, rotary_dim/2]``
+      when ``position_ids`` is None.
+    - ``interleaved``: 0 rotates pairs ``(i, i + r/2)``, 1 pairs ``(2i, 2i+1)``.
+    - ``rotary_embedding_dim``: 0 for the whole head, else the rotated prefix.
+
+    Each pair becomes ``(x0*cos - x1*sin, x0*sin + x1*cos)`` with the caller's
+    tables used as given. Position ids outside ``[0, max_pos)`` raise
+    ``ValueError`` (the ONNX reference would wrap negative ones silently).
+    """
+    x = _f32("input", input)
+    cos_cache, sin_cache = _f32("cos_cache", cos_cache), _f32("sin_cache", sin_cache)
+    interleaved = _flag("interleaved", interleaved, (0, 1))
+    rotary_embedding_dim = as_int("rotary_embedding_dim", rotary_embedding_dim)
+    num_heads = as_int("num_heads", num_heads)
+    if x.ndim == 4:
+        batch, heads, seq, head = x.shape
+        if num_heads not in (0, heads):
+            raise ValueError(f"num_heads must be 0 or input.shape[1]={heads} for 4-D input, got {num_heads}")
+        tok = np.swapaxes(x, 1, 2)                      # [batch, seq, heads, head] view
+    elif x.ndim == 3:
+        batch, seq, hidden = x.shape
+        if num_heads <= 0:
+            raise ValueError(f"num_heads must be positive for 3-D input [batch, seq, hidden], got {num_heads}")
+        if hidden % num_heads:
+            raise ValueError(f"input hidden size {hidden} must be divisible by num_heads={num_heads}")
+        heads, head = num_heads, hidden // num_heads
+        tok = x.reshape(batch, seq, heads, head) if x.flags.c_contiguous else \
+            np.ascontiguousarray(x).reshape(batch, seq, heads, head)
+    else:
+        raise ValueError(f"input must be 4-D [batch, num_heads, seq, head_size] or 3-D [batch, seq, hidden], "
+                         f"got shape {x.shape}")
+    rot = head if rotary_embedding_dim == 0 else rotary_embedding_dim
+    if rot <= 0 or rot % 2 or rot > head or head % 2:
+        raise ValueError(f"rotary_embedding_dim must be 0 or even and at most head_size={head} (head_size even), "
+                         f"got {rotary_embedding_dim}")
+    half = rot // 2
+    if cos_cache.shape != sin_cache.shape:
+        raise ValueError(f"cos_cache and sin_cache must have the same shape, got {cos_cache.shape} and "
+                         f"{sin_cache.shape}")
+    if position_ids is not None:
+        pos = np.asarray(position_ids)
+        if pos.dtype.kind not in "iu" or pos.dtype == np.bool_:
+            raise TypeError(f"position_ids must be an integer array, got dtype {pos.dtype}")
+        if pos.shape != (batch, seq):
+            raise ValueError(f"position_ids must have shape [batch, seq]=({batch}, {seq}), got {pos.shape}")
+        if cos_cache.ndim != 2 or cos_cache.shape[1] != half:
+            raise ValueError(f"cos_cache must be [max_pos, rotary_dim/2={half}] with position_ids, got "
+                             f"{cos_cache.shape}")
+        max_pos = cos_cache.shape[0]
+        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= max_pos):
+            bad = int(pos.min()) if int(pos.min()) < 0 else int(pos.max())
+            raise ValueError(f"position_ids must lie in [0, max_pos={max_pos}) of the caches, got {bad}")
+        rows = pos.astype(np.int64)
+        cos_t, sin_t = cos_cache, sin_cache
+    else:
+        if cos_cache.shape != (batch, seq, half):
+            raise ValueError(f"cos_cache must be [batch, seq, rotary_dim/2]=({batch}, {seq}, {half}) without "
+                             f"position_ids, got {cos_cache.shape}")
+        rows = np.arange(batch * seq, dtype=np.int64).reshape(batch, seq)
+        cos_t, sin_t = cos_cache.reshape(batch * seq, half), sin_cache.reshape(batch * seq, half)
+    cos_t, sin_t = np.ascontiguousarray(cos_t), np.ascontiguousarray(sin_t)
+    out = np.empty(x.shape, dtype=np.float32)
+    out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
+    if out.size == 0:
+        return out
+    src = tok if tok.strides[-1] == 4 and all(s % 4 == 0 for s in tok.strides) else np.ascontiguousarray(tok)
+    rows = np.ascontiguousarray(rows)
+    _kernel.rotate(src, out_tok, "interleaved" if interleaved else "split_half", False, rot, rows, 0,
+                   (cos_t, sin_t, 0), _DUMMY_FREQ, 1.0)
+    return out
+
+
+# ---- table formats -------------------------------------------------------------
+
+def _pair(cos, sin):
+    cos, sin = np.asarray(cos), np.asarray(sin)
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have the same shape, got {cos.shape} and {sin.shape}")
+    if cos.ndim < 1:
+        raise ValueError("cos and sin must have a last (frequency) axis")
+    return cos, sin
+
+
+def from_hf(cos, sin, *, style="halves"):
+    """HF duplicated tables ``[..., rotary_dim]`` -> half width ``(cos, sin)`` ``[..., rotary_dim/2]``.
+
+    ``style="halves"``: ``cat(t, t)`` (split-half models, HF ``rotate_half``);
+    ``style="repeat"``: ``repeat_interleave(t, 2)`` (interleaved models).
+    Raises ``ValueError`` when the two copies differ: such tables are not of
+    the stated style.
+    """
+    cos, sin = _pair(cos, sin)
+    width = cos.shape[-1]
+    if width % 2:
+        raise ValueError(f"HF tables must have an even last axis (rotary_dim), got {width}")
+    out = []
+    for name, t in (("cos", cos), ("sin", sin)):
+        if style == "halves":
+            a, b = t[..., :width // 2], t[..., width // 2:]
+        elif style == "repeat":
+            a, b = t[..., 0::2], t[..., 1::2]
+        else:
+            raise ValueError(f"style must be 'halves' or 'repeat', got {style!r}")
+        if not np.array_equal(a, b):
+            raise ValueError(f"{name} is not a duplicated table of style {style!r}: its two copies differ")
+        out.append(np.ascontiguousarray(a))
+    return tuple(out)
+
+
+def to_hf(cos, sin, *, style="halves"):
+    """Half-width ``(cos, sin)`` -> HF duplicated tables (``style`` as in :func:`from_hf`)."""
+    cos, sin = _pair(cos, sin)
+    if style == "halves":
+        return np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)
+    if style == "repeat":
+        return np.repeat(cos, 2, axis=-1), np.repeat(sin, 2, axis=-1)
+    raise ValueError(f"style must be 'halves' or 'repeat', got {style!r}")
+
+
+def from_vllm(cos_sin_cache):
+    """vLLM ``cos_sin_cache`` ``[max_pos, rotary_dim]`` (``cat(cos, sin)``) -> half-width ``(cos, sin)``."""
+    c = np.asarray(cos_sin_cache)
+    if c.ndim != 2 or c.shape[1] % 2:
+        raise ValueError(f"cos_sin_cache must be [max_pos, rotary_dim] with rotary_dim even, got {c.shape}")
+    h = c.shape[1] // 2
+    return np.ascontiguousarray(c[:, :h]), np.ascontiguousarray(c[:, h:])
+
+
+def to_vllm(cos, sin):
+    """Half-width ``(cos, sin)`` ``[max_pos, rotary_dim/2]`` -> vLLM ``cat(cos, sin)`` cache."""
+    cos, sin = _pair(cos, sin)
+    if cos.ndim != 2:
+        raise ValueError(f"cos and sin must be [max_pos, rotary_dim/2], got {cos.shape}")
+    return np.concatenate([cos, sin], axis=-1)
+
+
+def onnx_caches(rope, max_pos):
+    """The rope's ``(cos_cache, sin_cache)`` for positions ``0..max_pos-1`` (ONNX format)."""
+    max_pos = as_int("max_pos", max_pos)
+    if max_pos <= 0:
+        raise ValueError(f"max_pos must be positive, got {max_pos}")
+    return rope.cos_sin(np.arange(max_pos, dtype=np.int64))

@@ -1,0 +1,132 @@
+"""The pyrope command: each subcommand through its entry point, numbers
+checked against the reference, and the error paths."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pyrope import cli, reference, reference_rules  # noqa: F401  (reference_rules: oracle for rules)
+from hf_configs import LLAMA31_8B, QWEN25_7B_YARN
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(argv, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_demo_prints_the_seed_experiment(capsys):
+    code, out, err = run(["demo"], capsys)
+    assert code == 0 and not err
+    sections = {block.split(".", 1)[0]: block for block in out.split("\n\n")}
+    # 2: the rotary column is one number, the additive column wanders
+    rows = [ln.split() for ln in sections["2"].splitlines()[2:] if len(ln.split()) == 4]
+    assert [int(r[0]) for r in rows] == [3, 10, 100, 4000]
+    rotary = [float(r[1]) for r in rows]
+    additive = [float(r[3]) for r in rows]
+    assert max(rotary) - min(rotary) < 1e-5 * max(1.0, abs(rotary[0]))
+    assert max(additive) - min(additive) > 1e-2
+    # 3: pairs within one turn for growing gaps, against the reference
+    rows = [ln.split() for ln in sections["3"].splitlines()[2:]]
+    assert [int(r[0]) for r in rows] == [1, 2, 10, 100, 1000, 10000]
+    for r in rows:
+        assert int(r[-1]) == reference.pairs_within_one_turn(int(r[0]), 64)
+        assert float(r[1]) == pytest.approx(reference.turns(int(r[0]), 64)[0], rel=1e-3)
+
+
+def test_spectrum_json_matches_reference(capsys):
+    code, out, _ = run(["spectrum", "--dim", "64", "--base", "10000", "--window", "4096", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    curve = data["curves"][0]
+    want = reference.pair_frequencies(64, 10000.0)
+    for got, w in zip(curve["omega"], want):
+        assert got == pytest.approx(w, rel=1e-14)
+    turns = reference.turns(4096, 64, 10000.0)
+    assert curve["turns"] == pytest.approx(turns, rel=1e-12)
+    assert curve["within_one_turn"] == reference.pairs_within_one_turn(4096, 64, 10000.0)
+
+
+def test_spectrum_scaling_side_by_side(capsys):
+    code, out, _ = run(["spectrum", "--dim", "8", "--window", "4096", "--scaling", "linear",
+                        "--scaling", "ntk", "--scaling", "yarn", "--factor", "8", "--json"], capsys)
+    assert code == 0
+    curves = {c["label"]: c for c in json.loads(out)["curves"]}
+    # the second seed's table: PI and static base change for d=8, b=10000, s=8
+    assert curves["linear"]["omega"] == pytest.approx([0.125, 0.0125, 0.00125, 0.000125], rel=1e-12)
+    assert curves["ntk"]["omega"] == pytest.approx([1, 0.05, 0.0025, 0.000125], rel=1e-12)
+    assert curves["yarn"]["attention_factor"] == pytest.approx(1 + 0.1 * math.log(8), rel=1e-12)
+    assert curves["linear"]["window"] == 32768
+
+
+def test_spectrum_from_config_and_plot(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA31_8B))
+    png = tmp_path / "spectrum.png"
+    code, out, _ = run(["spectrum", "--config", str(cfg), "--plot", str(png)], capsys)
+    assert code == 0 and "llama3" in out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    import matplotlib.image
+    img = matplotlib.image.imread(str(png))
+    assert img.ndim == 3 and img.shape[0] > 200 and img.shape[1] > 300
+
+
+def test_contract_single_and_diff(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(LLAMA31_8B))
+    b.write_text(json.dumps(QWEN25_7B_YARN))
+    code, out, _ = run(["contract", str(a)], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["contract"]["rule"] == "llama3" and len(data["fingerprint"]) == 64
+    code, out, _ = run(["contract", str(a), str(a)], capsys)
+    assert code == 0 and out.startswith("same position function")
+    code, out, _ = run(["contract", str(a), str(b)], capsys)
+    assert code == 0 and "different position functions" in out and "rule" in out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["contract", "no/such/config.json"], "no such file"),
+    (["spectrum", "--dim", "7"], "dim"),
+    (["spectrum", "--scaling", "yarn"], "needs --factor"),
+    (["spectrum", "--scaling", "warp", "--factor", "2"], "warp"),
+    (["spectrum", "--window", "0"], "window"),
+    (["spectrum", "--param", "oops", "--scaling", "linear", "--factor", "2"], "KEY=VALUE"),
+])
+def test_errors_are_one_line_exit_2(argv, needle, capsys):
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_malformed_json_and_unknown_rule_via_subprocess(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 1,
+                                   "rope_scaling": {"rope_type": "warp", "factor": 2}}))
+    for path, needle in ((bad, "JSON"), (unknown, "warp")):
+        proc = subprocess.run([sys.executable, "-m", "pyrope", "contract", str(path)],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 2, proc.stderr
+        assert needle in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_argument_type_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pyrope", "spectrum", "--dim", "abc"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_help_has_examples():
+    for name in ("demo", "spectrum", "contract"):
+        proc = subprocess.run([sys.executable, "-m", "pyrope", name, "--help"],
+                              capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode == 0 and "example" in proc.stdout
