@@ -1,8 +1,9 @@
 """pyrope: rotary position embedding (RoPE) for the CPU.
 
 ``Rope`` resolves a configuration (layout, head_dim, rotary_dim, base,
-scaling) to exact float64 frequencies and applies it to float32 query/key
-arrays with a SIMD C kernel. ``pyrope.reference`` is the standard-library
+scaling) to exact float64 frequencies and applies it to query/key
+arrays (float32, float16, bfloat16, float64) with SIMD C kernels on all
+cores. ``pyrope.reference`` is the standard-library
 reference the kernel is tested against. Long-context frequency rules
 (PI, NTK, YaRN, Llama 3, LongRoPE, ...) live in ``pyrope.scaling``, model
 configs are read by ``pyrope.config`` and the contract is ``pyrope.contract``.
