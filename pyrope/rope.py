@@ -225,8 +225,9 @@ class Rope:
         ``TypeError``/``ValueError`` naming the argument before anything is
         written.
         """
-        if positions is None and angles == "auto" and (out is None or out is x):
-            done = _fast_apply(self, x, offset, seq_axis, out, inverse)
+        if angles == "auto" and (out is None or out is x) and (
+                positions is None or type(positions) is np.ndarray):
+            done = _fast_apply(self, x, positions, offset, seq_axis, out, inverse)
             if done is not None:
                 return done
         job = _Job(self, positions, offset, seq_axis, angles)
@@ -242,9 +243,9 @@ class Rope:
         each token's cos/sin row is read once for both. Values are never
         rotated: pass only q and k. See :meth:`apply` for the rest.
         """
-        if positions is None and angles == "auto" and (
+        if angles == "auto" and (positions is None or type(positions) is np.ndarray) and (
                 out is None or (type(out) is tuple and len(out) == 2 and out[0] is q and out[1] is k)):
-            done = _fast_apply_qk(self, q, k, offset, seq_axis, out is not None)
+            done = _fast_apply_qk(self, q, k, positions, offset, seq_axis, out is not None)
             if done is not None:
                 return done
         if out is None:
@@ -366,10 +367,12 @@ class _Job:
 # ---- the fast path: repeated calls on contiguous arrays -----------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
-# For the common case (C-contiguous array, offset positions, cached table
-# rows, result new or in place) a per-shape plan holds the counts and strides,
-# so a call is a dict lookup, a window check and one C call. Anything else
-# (or a miss) returns None and takes the general, fully checked path.
+# For the common case (C-contiguous array, offset= or int64 positions of shape
+# [seq] or [*batch, seq], cached table rows, result new or in place) a
+# per-shape plan holds the counts and strides, so a call is a dict lookup, a
+# window check and one C call. C checks every position against the cached
+# rows before writing; a miss there, or anything else, returns None and takes
+# the general, fully checked path (which grows the cache).
 
 _PLANS = {}
 _LAYOUT_CODES = _kernel.LAYOUTS
@@ -395,7 +398,24 @@ def _plan(x, seq_axis):
     return plan
 
 
-def _fast_apply(rope, x, offset, seq_axis, out, inverse):
+def _fast_positions(positions, x, seq_axis, n_seq, offset):
+    """(pointer, batch stride, seq stride) of explicit positions the fast path can
+    hand to C as they are (int64, C-contiguous, shape [seq] or exactly
+    [*batch, seq]), (NULL, 0, 0) for offset mode, or None for anything else."""
+    if positions is None:
+        return ffi.NULL, 0, 0
+    if (offset != 0 or positions.dtype != np.int64 or not positions.flags.c_contiguous
+            or positions.size == 0):
+        return None
+    if positions.shape == (n_seq,):
+        return ffi.from_buffer("int64_t[]", positions), 0, 1
+    batch = x.shape[:-3]
+    if positions.shape == batch + (n_seq,):
+        return ffi.from_buffer("int64_t[]", positions), n_seq, 1
+    return None
+
+
+def _fast_apply(rope, x, positions, offset, seq_axis, out, inverse):
     if type(x) is not np.ndarray or type(offset) is not int or not x.flags.c_contiguous:
         return None
     plan = _plan(x, seq_axis)
@@ -403,7 +423,10 @@ def _fast_apply(rope, x, offset, seq_axis, out, inverse):
         return None
     code, n_batch, n_seq, n_heads, sb, ss, sh = plan
     w = rope._tables.window
-    if w is None or offset < w[0] or offset + n_seq > w[1]:
+    if w is None or (positions is None and (offset < w[0] or offset + n_seq > w[1])):
+        return None
+    pos = _fast_positions(positions, x, seq_axis, n_seq, offset)
+    if pos is None:
         return None
     if out is None:
         result = np.empty_like(x)
@@ -415,14 +438,16 @@ def _fast_apply(rope, x, offset, seq_axis, out, inverse):
     status = lib.rope_rotate(
         code, _LAYOUT_CODES[rope._layout], 1 if inverse else 0, ffi.from_buffer(x), ffi.from_buffer(result),
         n_batch, n_seq, n_heads, rope._head_dim, rope._rotary_dim, sb, ss, sh, sb, ss, sh,
-        ffi.NULL, 0, 0, offset, w[4], w[5], w[0], w[1] - w[0],
+        pos[0], pos[1], pos[2], offset, w[4], w[5], w[0], w[1] - w[0],
         tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
     if status:
+        if status == lib.ROPE_E_POSITION:  # a position outside the cached rows: C wrote
+            return None                    # nothing; the general path grows the cache
         _kernel.check_status(status, "apply")
     return result
 
 
-def _fast_apply_qk(rope, q, k, offset, seq_axis, in_place):
+def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
     if (type(q) is not np.ndarray or type(k) is not np.ndarray or type(offset) is not int
             or not q.flags.c_contiguous or not k.flags.c_contiguous or q.dtype != k.dtype):
         return None
@@ -436,7 +461,10 @@ def _fast_apply_qk(rope, q, k, offset, seq_axis, in_place):
     code, n_batch, n_seq, qh, qb, qs, qhs = pq
     kh, kb, ks, khs = pk[3:]
     w = rope._tables.window
-    if w is None or offset < w[0] or offset + n_seq > w[1]:
+    if w is None or (positions is None and (offset < w[0] or offset + n_seq > w[1])):
+        return None
+    pos = _fast_positions(positions, q, seq_axis, n_seq, offset)
+    if pos is None:
         return None
     if in_place:
         if not (q.flags.writeable and k.flags.writeable) or np.shares_memory(q, k):
@@ -450,9 +478,11 @@ def _fast_apply_qk(rope, q, k, offset, seq_axis, in_place):
         ffi.from_buffer(q), ffi.from_buffer(q_out), qh, qb, qs, qhs, qb, qs, qhs,
         ffi.from_buffer(k), ffi.from_buffer(k_out), kh, kb, ks, khs, kb, ks, khs,
         n_batch, n_seq, rope._head_dim, rope._rotary_dim,
-        ffi.NULL, 0, 0, offset, w[4], w[5], w[0], w[1] - w[0],
+        pos[0], pos[1], pos[2], offset, w[4], w[5], w[0], w[1] - w[0],
         tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
     if status:
+        if status == lib.ROPE_E_POSITION:
+            return None
         _kernel.check_status(status, "apply_qk")
     return q_out, k_out
 

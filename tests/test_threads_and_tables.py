@@ -270,3 +270,31 @@ def test_pool_survives_fork():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          cwd=root, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "child 0", (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_fast_path_with_explicit_positions(isa, dtype, rng):
+    # int64 C-contiguous positions take the fast path; int32 positions the general one.
+    rope = Rope(32, layout="interleaved")
+    x = rng.standard_normal((4, 1, 3, 32)).astype(dtype)          # ragged decode: one token each
+    k = rng.standard_normal((4, 1, 1, 32)).astype(dtype)
+    pos = np.array([[7], [300], [5000], [12]], dtype=np.int64)
+    first = rope.apply(x, pos)                                     # general path, fills the cache
+    assert np.array_equal(bits(rope.apply(x, pos)), bits(first))  # fast path
+    assert np.array_equal(bits(first), bits(rope.apply(x, pos.astype(np.int32))))
+    fq, fk = rope.apply_qk(x, k, pos)
+    assert np.array_equal(bits(fq), bits(first))
+    assert np.array_equal(bits(fk), bits(rope.apply(k, pos.astype(np.int32))))
+    seq_pos = np.arange(3, dtype=np.int64) + 40                    # shape [seq], shared by the batch
+    y = rng.standard_normal((2, 3, 2, 32)).astype(dtype)
+    want = rope.apply(y, seq_pos.astype(np.int32))
+    assert np.array_equal(bits(rope.apply(y, seq_pos)), bits(want))
+    # Outside the cached rows: the fast path steps aside, the cache grows, the result is right.
+    far = np.array([[10**9], [10**9 + 1], [3], [4]], dtype=np.int64)
+    got = rope.apply(x, far)
+    assert np.array_equal(bits(got), bits(rope.apply(x, far, angles="on_the_fly")))
+    # Bad positions still raise, and nothing is written.
+    keep = x.copy()
+    with pytest.raises(ValueError, match="positions must lie within"):
+        rope.apply(x, np.array([[0], [2**31], [0], [0]], dtype=np.int64), out=x)
+    assert np.array_equal(bits(x), bits(keep))
