@@ -208,11 +208,11 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         }                                                                            \
     }
 
-/* Interleaved, for 16-bit storage: 4 pairs per 8 lanes, fmaddsub on the
+/* Interleaved, for float16 storage: 4 pairs per 8 lanes, fmaddsub on the
  * vectors as loaded. The token's cos/sin are duplicated once ([c0 c0 c1 c1
  * ...], sin with the inverse sign) and shared by every head. Fewer shuffles
- * than the float32 kernel below, which matters when the float16/bfloat16
- * conversions already keep the shuffle units busy (measured).
+ * than the float32 kernel above, which matters when the F16C conversions
+ * already keep the shuffle units busy (measured).
  * (Taking heads two at a time, to load each duplicated vector once per two,
  * was measured 3x slower on large in-place calls: do not.) */
 #define IL_DUP_STEP16(T, LD16, ST16, x, y, j)                                            \
