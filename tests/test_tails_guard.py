@@ -1,66 +1,82 @@
 """Every tail and alignment: nothing outside the given rows is ever written.
 
-For every head_dim 2..80, every rotary_dim, both layouts and every kernel,
-a row is placed at each start offset 0..63 bytes inside a buffer whose guard
-bytes before and after it must come back unchanged; the rotated values are
-checked against the scalar specification.
+For every dtype, every head_dim 2..80, every rotary_dim, both layouts and
+every kernel, rows are placed at element-aligned byte offsets 0..63 inside a
+buffer whose guard bytes before and after must come back unchanged; the
+rotated values must equal the scalar specification bit for bit. Offsets that
+are not a multiple of the element size (handled by an aligned copy) are
+checked separately.
 """
 import numpy as np
 import pytest
 
 import pyrope
 from pyrope import Rope
+from pyrope._kernel import ACCEPTED_DTYPES
 
 GUARD = 64
 PATTERN = 0xA5
+POSITIONS = [3, 1000]
+DTYPES = [np.dtype(d) for d in ACCEPTED_DTYPES]
 
 
-def guarded(n_floats, offset, rng):
-    """(buffer, float32 view of n_floats at byte offset `offset` after GUARD bytes)."""
-    buf = np.full(GUARD + offset + 4 * n_floats + GUARD, PATTERN, dtype=np.uint8)
-    view = buf[GUARD + offset: GUARD + offset + 4 * n_floats].view(np.float32)
-    view[...] = rng.standard_normal(n_floats).astype(np.float32)
+def guarded(n, dtype, offset, rng):
+    """(byte buffer, view of n elements of dtype at byte `offset` after GUARD bytes)."""
+    size = n * dtype.itemsize
+    buf = np.full(GUARD + offset + size + GUARD, PATTERN, dtype=np.uint8)
+    view = buf[GUARD + offset: GUARD + offset + size].view(dtype)
+    view[...] = rng.standard_normal(n).astype(np.float32).astype(dtype)
     return buf, view
 
 
-def guards_intact(buf, offset, n_floats):
-    before = buf[:GUARD + offset]
-    after = buf[GUARD + offset + 4 * n_floats:]
-    return bool(np.all(before == PATTERN) and np.all(after == PATTERN))
+def guards_intact(buf, offset, nbytes):
+    return bool(np.all(buf[:GUARD + offset] == PATTERN) and np.all(buf[GUARD + offset + nbytes:] == PATTERN))
 
 
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("layout", ["interleaved", "split_half"])
-def test_every_tail_and_alignment_keeps_guards(isa, layout, rng):
+def test_every_tail_and_alignment_keeps_guards(isa, layout, dtype, rng):
+    item = dtype.itemsize
     checked = 0
     for head_dim in range(2, 81, 2):
         for rotary_dim in range(2, head_dim + 1, 2):
             rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
-            offsets = range(0, 64, 4) if rotary_dim in (2, head_dim) or rotary_dim % 16 == 2 else (0, 4, 28, 60)
+            every = rotary_dim in (2, head_dim) or rotary_dim % 16 == 2
+            offsets = range(0, 64, item) if every else (item, 64 - item)
+            n = 2 * head_dim
             for offset in offsets:
-                # in place, two tokens of one head: [seq=2, heads=1, head_dim]
-                buf, x = guarded(2 * head_dim, offset, rng)
-                src = x.copy()
+                buf, x = guarded(n, dtype, offset, rng)
+                src = x.copy().reshape(2, 1, head_dim)
                 with pyrope.forced_isa("scalar"):
-                    want = rope.apply(src.reshape(2, 1, head_dim), [3, 70000])
-                rope.apply(x.reshape(2, 1, head_dim), [3, 70000], out=x.reshape(2, 1, head_dim))
-                assert guards_intact(buf, offset, 2 * head_dim), (head_dim, rotary_dim, offset)
-                assert np.array_equal(x.view(np.uint32), want.reshape(-1).view(np.uint32))
-                # out of place into a guarded output
-                obuf, out = guarded(2 * head_dim, (offset + 8) % 64, rng)
-                rope.apply(src.reshape(2, 1, head_dim), [3, 70000], out=out.reshape(2, 1, head_dim))
-                assert guards_intact(obuf, (offset + 8) % 64, 2 * head_dim)
-                assert np.array_equal(out.view(np.uint32), want.reshape(-1).view(np.uint32))
+                    want = rope.apply(src, POSITIONS)
+                v = x.reshape(2, 1, head_dim)
+                rope.apply(v, POSITIONS, out=v)                      # in place
+                assert guards_intact(buf, offset, n * item), (head_dim, rotary_dim, offset)
+                assert same_bits(v, want), (head_dim, rotary_dim, offset)
+                o_off = (offset + 8 * item) % 64 // item * item
+                obuf, out = guarded(n, dtype, o_off, rng)
+                rope.apply(src, POSITIONS, out=out.reshape(2, 1, head_dim))   # into another buffer
+                assert guards_intact(obuf, o_off, n * item)
+                assert same_bits(out.reshape(2, 1, head_dim), want)
                 checked += 1
-    assert checked > 3000
+    assert checked > 1000
 
 
-def test_odd_byte_offsets_are_handled(isa, rng):
-    # Views at 1..3 bytes past alignment: results equal the aligned computation.
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_misaligned_offsets_are_handled(isa, dtype, rng):
+    # Views at byte offsets that are not a multiple of the element size.
     rope = Rope(20, layout="interleaved", rotary_dim=14)
-    for offset in (1, 2, 3, 5, 63):
-        buf, x = guarded(3 * 20, offset, rng)
+    for offset in range(1, 64):
+        if offset % dtype.itemsize == 0:
+            continue
+        buf, x = guarded(3 * 20, dtype, offset, rng)
         v = x.reshape(3, 1, 20)
         want = rope.apply(np.array(v), [0, 1, 2])
         rope.apply(v, [0, 1, 2], out=v)
-        assert guards_intact(buf, offset, 60)
-        assert np.array_equal(np.array(v).view(np.uint32), want.view(np.uint32))
+        assert guards_intact(buf, offset, 60 * dtype.itemsize)
+        assert same_bits(v, want)
