@@ -56,7 +56,18 @@ fuzz:
 	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
 	mkdir -p build/fuzz-corpus tests/fuzz/regressions
 	clang -std=c11 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -o build/fuzz_rope
+	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -lpthread -o build/fuzz_rope
 	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
 	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus
+
+# ThreadSanitizer on the C core's threading: tests/c/threads_race.c runs
+# concurrent rotations (each on the library's thread pool), fused q/k calls
+# and table builds while another thread keeps switching the instruction set,
+# and compares every result with the serial one. (An uninstrumented Python
+# cannot host TSan's runtime here, hence a C driver.)
+tsan:
+	mkdir -p build
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=thread -Icsrc \
+	  tests/c/threads_race.c csrc/*.c -lm -lpthread -o build/threads_race
+	TSAN_OPTIONS=halt_on_error=1 build/threads_race

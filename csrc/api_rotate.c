@@ -150,6 +150,10 @@ static int rotate_tensors(int dtype, int layout, int inverse, tensor *t, int n_t
     const int on_the_fly = !cos_table && !sin_table;
     if (on_the_fly ? !inv_freq : (!cos_table || !sin_table))
         return ROPE_E_NULL;
+    const size_t esize = dtype == ROPE_F64 ? 8 : dtype == ROPE_F32 ? 4 : 2;
+    if (!rope_aligned(positions, 8) || !rope_aligned(inv_freq, 8) ||
+        !rope_aligned(cos_table, 4) || !rope_aligned(sin_table, 4))
+        return ROPE_E_ALIGN;
     for (int k = 0; k < n_tensors; k++) {
         if (t[k].n_heads == 0)
             continue;
@@ -158,6 +162,8 @@ static int rotate_tensors(int dtype, int layout, int inverse, tensor *t, int n_t
         if (!span_ok(n_batch, n_seq, t[k].n_heads, head_dim, t[k].x_sb, t[k].x_ss, t[k].x_sh) ||
             !span_ok(n_batch, n_seq, t[k].n_heads, head_dim, t[k].o_sb, t[k].o_ss, t[k].o_sh))
             return ROPE_E_OVERFLOW;
+        if (!rope_aligned(t[k].x, esize) || !rope_aligned(t[k].out, esize))
+            return ROPE_E_ALIGN;
         if ((const void *)t[k].out == (const void *)t[k].x &&
             (t[k].o_sb != t[k].x_sb || t[k].o_ss != t[k].x_ss || t[k].o_sh != t[k].x_sh))
             return ROPE_E_OVERLAP;

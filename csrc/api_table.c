@@ -14,6 +14,8 @@ int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
         return ROPE_OK;
     if (!inv_freq || !cos_out || !sin_out)
         return ROPE_E_NULL;
+    if (!rope_aligned(inv_freq, 8) || !rope_aligned(cos_out, 4) || !rope_aligned(sin_out, 4))
+        return ROPE_E_ALIGN;
     int64_t total;
     if (__builtin_mul_overflow(n_pos, n_freq, &total))
         return ROPE_E_OVERFLOW;
@@ -34,6 +36,8 @@ int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
         return st;
     if (!positions)
         return ROPE_E_NULL;
+    if (!rope_aligned(positions, 8))
+        return ROPE_E_ALIGN;
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;

@@ -95,6 +95,7 @@ const char *rope_strerror(int status)
     case ROPE_E_ISA: return "the instruction set is not supported by this CPU or OS";
     case ROPE_E_VALUE: return "a numeric argument is not finite or out of range";
     case ROPE_E_OVERLAP: return "out starts where x starts but has other strides";
+    case ROPE_E_ALIGN: return "a pointer is not aligned to its element type";
     default: return "unknown status";
     }
 }

@@ -3,6 +3,7 @@
 #ifndef PYROPE_KERNELS_H
 #define PYROPE_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pyrope.h"
@@ -69,6 +70,13 @@ const rope_kernels *rope_active_kernels(void);
 #define ROPE_MAX_INV_FREQ 4.0   /* keeps |m*w| < 2^33: exact reduction range */
 int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
                           double scale, const float *cos_out, const float *sin_out);
+/* C forbids dereferencing a misaligned element pointer: callers must pass
+ * pointers aligned to their element type (NULL counts as aligned). */
+static inline int rope_aligned(const void *p, size_t align)
+{
+    return ((uintptr_t)p & (align - 1)) == 0;
+}
+
 static inline int rope_position_ok(int64_t m)
 {
     return m >= -ROPE_MAX_POSITION && m <= ROPE_MAX_POSITION;

@@ -27,7 +27,8 @@ enum {
     ROPE_E_OVERFLOW = 7,   /* a size or index computation would overflow */
     ROPE_E_ISA = 8,        /* the requested instruction set is not usable */
     ROPE_E_VALUE = 9,      /* a numeric argument is not finite or too large */
-    ROPE_E_OVERLAP = 10    /* out shares x's first element but not its strides */
+    ROPE_E_OVERLAP = 10,   /* out shares x's first element but not its strides */
+    ROPE_E_ALIGN = 11      /* a pointer is not aligned to its element type */
 };
 
 /* Pair layouts. */

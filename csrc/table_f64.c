@@ -88,6 +88,8 @@ int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
         return st;
     if (!positions)
         return ROPE_E_NULL;
+    if (!rope_aligned(positions, 8) || !rope_aligned(cos_out, 8) || !rope_aligned(sin_out, 8))
+        return ROPE_E_ALIGN;
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;

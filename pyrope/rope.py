@@ -405,7 +405,7 @@ def _fast_positions(positions, x, seq_axis, n_seq, offset):
     if positions is None:
         return ffi.NULL, 0, 0
     if (offset != 0 or positions.dtype != np.int64 or not positions.flags.c_contiguous
-            or positions.size == 0):
+            or not positions.flags.aligned or positions.size == 0):
         return None
     if positions.shape == (n_seq,):
         return ffi.from_buffer("int64_t[]", positions), 0, 1
@@ -416,7 +416,8 @@ def _fast_positions(positions, x, seq_axis, n_seq, offset):
 
 
 def _fast_apply(rope, x, positions, offset, seq_axis, out, inverse):
-    if type(x) is not np.ndarray or type(offset) is not int or not x.flags.c_contiguous:
+    if (type(x) is not np.ndarray or type(offset) is not int or not x.flags.c_contiguous
+            or not x.flags.aligned):
         return None
     plan = _plan(x, seq_axis)
     if plan is None or x.shape[-1] != rope._head_dim:
@@ -449,7 +450,8 @@ def _fast_apply(rope, x, positions, offset, seq_axis, out, inverse):
 
 def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
     if (type(q) is not np.ndarray or type(k) is not np.ndarray or type(offset) is not int
-            or not q.flags.c_contiguous or not k.flags.c_contiguous or q.dtype != k.dtype):
+            or not q.flags.c_contiguous or not k.flags.c_contiguous or q.dtype != k.dtype
+            or not q.flags.aligned or not k.flags.aligned):
         return None
     pq, pk = _plan(q, seq_axis), _plan(k, seq_axis)
     if pq is None or pk is None or q.shape[-1] != rope._head_dim or k.shape[-1] != rope._head_dim:
