@@ -14,7 +14,7 @@ def pytest_terminal_summary(terminalreporter):
     """Print the table: time, GB/s, ratio to the yardstick, speed-up over each peer."""
     if not RESULTS:
         return
-    from summary import format_summary
+    from pyrope.benchmark import format_summary
     terminalreporter.section("pyrope rotation: medians of round-robin repetitions")
     for line in format_summary(RESULTS).splitlines():
         terminalreporter.write_line(line)

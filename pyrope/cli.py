@@ -16,6 +16,10 @@ EXAMPLES = {
                  "  pyrope spectrum --dim 128 --window 4096 --scaling linear --scaling ntk "
                  "--scaling yarn --factor 8 --plot spectrum.png\n"
                  "  pyrope spectrum --config config.json --json"),
+    "bench": ("examples:\n"
+              "  pyrope bench --quick\n"
+              "  pyrope bench --dtype float32 --dtype bfloat16 --case prefill_q\n"
+              "the full suite with pytest-benchmark: make bench"),
     "contract": ("examples:\n"
                  "  pyrope contract config.json\n"
                  "  pyrope contract config.json --seq-len 100000\n"
@@ -93,6 +97,19 @@ def build_parser():
     chk.add_argument("--config", help="a model's config.json instead of --head-dim/--base")
     chk.add_argument("--seq-len", type=int, help="current length, for dynamic and longrope configs")
     chk.add_argument("--harness", action="store_true", help="also run the consistency harness")
+    bench = _sub(sub, "bench", "a short throughput run against the bandwidth yardstick and the peers",
+                 "Rotate q/k in place for the standard shapes and print median times, GB/s, the\n"
+                 "ratio to a bandwidth yardstick (a C read+write pass over the same bytes) and the\n"
+                 "speed-up over numpy, and torch / onnxruntime when they are installed. Every\n"
+                 "contender's output is checked against the reference before it is timed.")
+    bench.add_argument("--quick", action="store_true",
+                       help="float32 decode, small and prefill-k shapes, 15 rounds (about 10 s)")
+    bench.add_argument("--case", action="append", default=[],
+                       help="prefill_q, prefill_k, decode, small (repeatable; default all)")
+    bench.add_argument("--dtype", action="append", default=[],
+                       help="float32, float16, bfloat16 (repeatable; default all)")
+    bench.add_argument("--rounds", type=int, default=None, help="timed rounds per case")
+    bench.add_argument("--no-peers", action="store_true", help="skip torch and onnxruntime")
     return parser
 
 
@@ -238,7 +255,28 @@ class _ProgressBar:
             sys.stderr.flush()
 
 
-COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract, "check": cmd_check}
+def cmd_bench(args):
+    """``pyrope bench``."""
+    from . import benchmark
+    cases = args.case or (["decode", "small", "prefill_k"] if args.quick else list(benchmark.SHAPES))
+    dtypes = args.dtype or (["float32"] if args.quick else list(benchmark.DTYPES))
+    for name, value, known in (("--case", cases, benchmark.SHAPES), ("--dtype", dtypes, benchmark.DTYPES)):
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            raise UsageError(f"{name} must be one of {', '.join(known)}; got {', '.join(unknown)}")
+    rounds = args.rounds if args.rounds is not None else (15 if args.quick else None)
+    if rounds is not None and rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    bar = _ProgressBar()
+    rows = benchmark.run(cases, dtypes, ["split_half", "interleaved"], rounds=rounds,
+                         peers=not args.no_peers, progress=bar)
+    bar.close()
+    print(benchmark.format_summary(rows))
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract, "check": cmd_check,
+            "bench": cmd_bench}
 
 
 def main(argv=None):

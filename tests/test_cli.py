@@ -130,3 +130,23 @@ def test_help_has_examples():
         proc = subprocess.run([sys.executable, "-m", "pyrope", name, "--help"],
                               capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 0 and "example" in proc.stdout
+
+
+def test_bench_quick_prints_the_table(capsys):
+    code, out, err = run(["bench", "--case", "decode", "--case", "small", "--dtype", "float32",
+                          "--rounds", "3", "--no-peers"], capsys)
+    assert code == 0
+    rows = [ln for ln in out.splitlines() if ln.startswith("| decode") or ln.startswith("| small")]
+    assert len(rows) == 4  # two cases x two layouts
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "float32" and cells[2] in ("split_half", "interleaved")
+        assert float(cells[4]) > 0                       # GB/s
+        assert 0 < float(cells[6]) < 10                  # ratio to the yardstick
+        assert cells[8].endswith("x") and float(cells[8][:-1]) > 0   # vs numpy
+        assert cells[9] == "n/a" and cells[10] == "n/a"  # peers skipped
+
+
+def test_bench_rejects_unknown_case(capsys):
+    code, _, err = run(["bench", "--case", "huge"], capsys)
+    assert code == 2 and "--case must be one of" in err
