@@ -83,3 +83,45 @@ def test_nothing_written_before_an_error():
 def test_unknown_scaling_rejected():
     with pytest.raises(ValueError, match="scaling"):
         Rope(8, layout="split_half", scaling="nope")
+
+
+def test_partially_overlapping_out_acts_as_if_separate():
+    # out shifted one token along the same buffer: the result is what a
+    # separate output would hold (numpy's "as if no overlap" rule).
+    rope = Rope(8, layout="interleaved")
+    buf = np.random.default_rng(3).standard_normal((6, 1, 8)).astype(np.float32)
+    x, out = buf[0:5], buf[1:6]
+    want = rope.apply(x.copy(), offset=7)
+    got = rope.apply(x, offset=7, out=out)
+    assert got is out
+    assert np.array_equal(np.array(out).view(np.uint32), want.view(np.uint32))
+
+
+def test_overlapping_qk_outputs_in_place_still_correct():
+    rope = Rope(8, layout="split_half")
+    base = np.random.default_rng(4).standard_normal((4, 2, 8)).astype(np.float32)
+    q = base.copy()
+    k = base[:, :1].copy()
+    want_q, want_k = rope.apply(q, offset=2), rope.apply(k, offset=2)
+    rope.apply_qk(q, k, offset=2, out=(q, k))
+    assert np.array_equal(q.view(np.uint32), want_q.view(np.uint32))
+    assert np.array_equal(k.view(np.uint32), want_k.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_out_dtype_must_match_x(dtype):
+    x = np.ones((2, 3, 8), dtype=dtype)
+    with pytest.raises(TypeError, match="out must have dtype"):
+        R.apply(x, out=np.ones((2, 3, 8), np.float32))
+
+
+def test_c_refuses_misaligned_pointers():
+    from pyrope._kernel import ffi, lib
+    raw = np.zeros(4 * 2 * 8 + 1, dtype=np.uint8)
+    p = ffi.cast("float *", raw.__array_interface__["data"][0] + 1)
+    cos = np.ones((4, 4), np.float32)
+    status = lib.rope_rotate(lib.ROPE_F32, lib.ROPE_SPLIT_HALF, 0, p, p, 1, 2, 1, 8, 8, 16, 8, 8, 16, 8, 8,
+                             ffi.NULL, 0, 0, 0, ffi.cast("float *", cos.ctypes.data),
+                             ffi.cast("float *", cos.ctypes.data), 0, 4, ffi.NULL, 1.0, 1)
+    assert status == lib.ROPE_E_ALIGN
+    assert np.all(raw == 0)
