@@ -83,27 +83,29 @@ _isa_from_environment()
 
 # ---- tables ----------------------------------------------------------------
 
-# Tables of 1 MiB and more share one allocation that starts on a 2 MiB
-# boundary (the x86-64 huge page). numpy asks the kernel for transparent huge
-# pages on allocations from 4 MiB on (madvise), but only whole, aligned 2 MiB
-# pages get them; the rest costs one page fault per 4 KiB on first touch,
-# which dominates the time to make a fresh table (measured: a 131072 x 64
-# pair in 11 ms instead of 14.5 ms, a 4096 x 64 pair in 0.3 ms instead of 0.9).
+# Tables of 32 MiB and more: cos and sin share one fresh allocation that
+# starts on a 2 MiB boundary (the x86-64 huge page). numpy asks the kernel for
+# transparent huge pages on large allocations (madvise), but only whole,
+# aligned 2 MiB pages get them; the rest costs one page fault per 4 KiB on
+# first touch, and those faults dominate the time to make a fresh table
+# (measured: a 131072 x 64 pair in 11.3 ms instead of 14.5 ms). Smaller
+# arrays are left to malloc, which may hand back recently freed memory with
+# its pages already in place; from 32 MiB on (glibc's largest dynamic mmap
+# threshold) it always maps fresh pages.
 _HUGE_PAGE = 1 << 21
-_NUMPY_HUGE_FROM = 1 << 22
-_SHARED_FROM = 1 << 20
+_ALIGN_FROM = 1 << 25
 
 
 def empty_tables(n_pos, n_freq, dtype):
     """Two fresh, uninitialised C-contiguous [n_pos, n_freq] arrays (cos, sin).
 
-    From 1 MiB for the pair on, they are the two halves of one buffer that
+    From 32 MiB per table on, they are the two halves of one buffer that
     starts on a 2 MiB boundary (so the buffer lives as long as either)."""
     dtype = np.dtype(dtype)
     nbytes = n_pos * n_freq * dtype.itemsize
-    if 2 * nbytes < _SHARED_FROM:
+    if nbytes < _ALIGN_FROM:
         return np.empty((n_pos, n_freq), dtype=dtype), np.empty((n_pos, n_freq), dtype=dtype)
-    raw = np.empty(max(2 * nbytes + _HUGE_PAGE, _NUMPY_HUGE_FROM), dtype=np.uint8)
+    raw = np.empty(2 * nbytes + _HUGE_PAGE, dtype=np.uint8)
     skip = -raw.ctypes.data % _HUGE_PAGE
     both = raw[skip:skip + 2 * nbytes].view(dtype).reshape(2, n_pos, n_freq)
     return both[0], both[1]

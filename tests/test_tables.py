@@ -381,13 +381,17 @@ def test_entries_next_to_rounding_midpoints_are_correctly_rounded(isa):
     assert_correctly_rounded(got_s, want_s, f"{isa} sin next to midpoints")
 
 
-@pytest.mark.parametrize("n,half,dtype", [(4096, 64, np.float32), (2048, 64, np.float32),
-                                          (3000, 67, np.float64), (100, 64, np.float32)])
-def test_large_tables_are_separate_fresh_arrays(n, half, dtype):
-    # From 1 MiB on, cos and sin are the two halves of one 2 MiB-aligned
-    # buffer: each must still be its own writable C-contiguous array, apart
-    # from the other and from earlier results, and hold the same bits as
-    # tables made one row at a time (small, separate allocations).
+@pytest.mark.parametrize("n,half,dtype,align_from", [
+    (4096, 64, np.float32, 1 << 20), (3000, 67, np.float64, 1), (100, 64, np.float32, 1),
+    (100, 64, np.float32, None), (131072, 64, np.float32, None)])
+def test_large_tables_are_separate_fresh_arrays(n, half, dtype, align_from, monkeypatch):
+    # Large tables (from _ALIGN_FROM bytes on; lowered here to test the path
+    # on small ones too) are the two halves of one 2 MiB-aligned buffer: each
+    # must still be its own writable C-contiguous array, apart from the other
+    # and from earlier results, holding the bits of tables made one row at a
+    # time (small, separate allocations).
+    if align_from is not None:
+        monkeypatch.setattr(_kernel, "_ALIGN_FROM", align_from)
     rope = pyrope.Rope(2 * half, layout="split_half", base=1e4)
     pos = np.arange(-7, n - 7)
     c, s = rope.cos_sin(pos, dtype=dtype)
