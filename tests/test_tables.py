@@ -379,3 +379,37 @@ def test_entries_next_to_rounding_midpoints_are_correctly_rounded(isa):
         assert c[3, 0] == got_c[j] and s[3, 0] == got_s[j]
     assert_correctly_rounded(got_c, want_c, f"{isa} cos next to midpoints")
     assert_correctly_rounded(got_s, want_s, f"{isa} sin next to midpoints")
+
+
+@pytest.mark.parametrize("n,half,dtype,align_from", [
+    (4096, 64, np.float32, 1 << 20), (3000, 67, np.float64, 1), (100, 64, np.float32, 1),
+    (100, 64, np.float32, None), (131072, 64, np.float32, None)])
+def test_large_tables_are_separate_fresh_arrays(n, half, dtype, align_from, monkeypatch):
+    # Large tables (from _ALIGN_FROM bytes on; lowered here to test the path
+    # on small ones too) are the two halves of one 2 MiB-aligned buffer: each
+    # must still be its own writable C-contiguous array, apart from the other
+    # and from earlier results, holding the bits of tables made one row at a
+    # time (small, separate allocations).
+    if align_from is not None:
+        monkeypatch.setattr(_kernel, "_ALIGN_FROM", align_from)
+    rope = pyrope.Rope(2 * half, layout="split_half", base=1e4)
+    pos = np.arange(-7, n - 7)
+    c, s = rope.cos_sin(pos, dtype=dtype)
+    c2, s2 = rope.cos_sin(pos, dtype=dtype)
+    for a in (c, s, c2, s2):
+        assert a.shape == (n, half) and a.dtype == dtype
+        assert a.flags.c_contiguous and a.flags.writeable
+    pairs = [(c, s), (c, c2), (c, s2), (s, c2), (s, s2), (c2, s2)]
+    assert not any(np.shares_memory(a, b) for a, b in pairs)
+    for j in (0, 1, n // 2, n - 1):
+        cj, sj = rope.cos_sin(pos[j:j + 1], dtype=dtype)
+        if dtype == np.float32:   # correctly rounded: the same bits
+            assert np.array_equal(c[j].view(np.uint32), cj[0].view(np.uint32)), f"cos row {j}"
+            assert np.array_equal(s2[j].view(np.uint32), sj[0].view(np.uint32)), f"sin row {j}"
+        else:                     # within 4 ulp each
+            np.testing.assert_allclose(c[j], cj[0], rtol=0, atol=2e-15)
+            np.testing.assert_allclose(s2[j], sj[0], rtol=0, atol=2e-15)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
+    before = s.copy()
+    c[...] = 7.0   # writing one table leaves the other alone
+    assert np.array_equal(s.view(bits), before.view(bits))
