@@ -285,6 +285,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:  # output piped into `head` and the like: not an error
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (RopeError, UsageError, OSError) as exc:
         print(f"pyrope {args.command}: error: {exc}", file=sys.stderr)
         return 2
