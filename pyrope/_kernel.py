@@ -127,26 +127,22 @@ def empty_tables(n_pos, n_freq, dtype):
     return both[0], both[1]
 
 
-def cos_sin_table(positions, inv_freq, scale):
-    """float32 (cos, sin) of shape [len(positions), len(inv_freq)] for int64 positions."""
+def cos_sin_table(positions, inv_freq, scale, dtype=np.float32):
+    """(cos, sin) of shape [len(positions), len(inv_freq)] for int64 positions,
+    float32 (1 ulp contract, correctly rounded) or float64 (4 ulp contract)."""
     n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
-    cos, sin = empty_tables(n_pos, n_freq, np.float32)
-    status = lib.rope_cos_sin_f32(
-        pointer("int64_t *", positions), n_pos, pointer("double *", inv_freq), n_freq,
-        scale, pointer("float *", cos), pointer("float *", sin))
+    wide = np.dtype(dtype) == np.float64
+    fn, ctype = (lib.rope_cos_sin_f64, "double *") if wide else (lib.rope_cos_sin_f32, "float *")
+    cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
+    status = fn(pointer("int64_t *", positions), n_pos, pointer("double *", inv_freq), n_freq,
+                scale, pointer(ctype, cos), pointer(ctype, sin))
     check_status(status, "cos_sin")
     return cos, sin
 
 
 def cos_sin_table_f64(positions, inv_freq, scale):
-    """float64 (cos, sin) of shape [len(positions), len(inv_freq)] for int64 positions."""
-    n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
-    cos, sin = empty_tables(n_pos, n_freq, np.float64)
-    status = lib.rope_cos_sin_f64(
-        pointer("int64_t *", positions), n_pos, pointer("double *", inv_freq), n_freq,
-        scale, pointer("double *", cos), pointer("double *", sin))
-    check_status(status, "cos_sin")
-    return cos, sin
+    """float64 (cos, sin) for int64 positions (``cos_sin_table(..., np.float64)``)."""
+    return cos_sin_table(positions, inv_freq, scale, np.float64)
 
 
 def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None):
