@@ -118,23 +118,34 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
              FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
     } while (0)
 
+/* Every head's whole 16-pair steps, in one tight loop nest per direction
+ * (the per-head tail work and the direction test stay out of it: with
+ * head_dim 128 a head is only four steps). */
+#define SPLIT_HEADS16(T, LD16, ST16, FM0, FM1)                                       \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh;                                       \
+        T *y = (T *)yv + h * y_sh;                                                   \
+        for (int64_t i = 0; i < n16; i += 16)                                        \
+            SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                                   \
+    }
+
 #define ROPE_AVX2_SPLIT(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)                     \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
-        const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
         const int64_t n16 = half & ~(int64_t)15;                                     \
-        for (int64_t h = 0; h < n_heads; h++) {                                      \
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
+            SPLIT_HEADS16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)           \
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
+            SPLIT_HEADS16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)           \
+        if (n16 == half)                                                             \
+            return;                                                                  \
+        const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
+        for (int64_t h = 0; h < n_heads; h++) { /* pairs n16 .. half-1 */            \
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
-            int64_t i = 0;                                                           \
-            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                   \
-                for (; i < n16; i += 16)                                             \
-                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);   \
-            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                   \
-                for (; i < n16; i += 16)                                             \
-                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);   \
+            int64_t i = n16;                                                         \
             for (; i + 8 <= half; i += 8) {                                          \
                 const __m256 c = _mm256_loadu_ps(cos + i);                           \
                 const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
