@@ -295,38 +295,61 @@ EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
 
-/* ---- bfloat16, split half: whole-vector widening ------------------------------
+/* ---- bfloat16: even and odd elements in separate vectors --------------------
  *
- * Widening 16 bfloat16 values is one 256-bit load and two unpacks with zero
- * (bf16 << 16), which leaves them in the lane order 0-3 8-11 | 4-7 12-15;
- * narrowing with packus after rounding restores the order for free. The
- * token's cos/sin rows are permuted to that order once (permute2f128) and
- * shared by every head. Per pair the arithmetic is unchanged. */
+ * One 256-bit load holds 16 bfloat16 values, two per 32-bit lane: shifting
+ * each lane left by 16 gives the even-indexed values as float32, masking off
+ * the low half gives the odd-indexed ones (bf16 -> f32 is exact). Narrowing
+ * rounds both to nearest even on the 32-bit lanes (as convert.h) and blends
+ * the even results' high halves (shifted down) with the odd results' high
+ * halves: the original order, with no cross-lane shuffles.
+ * Interleaved, the even values are the pairs' x0 and the odd ones their x1,
+ * so the split-half arithmetic applies directly against the cos/sin row as
+ * stored. Split half, evens and odds are two sets of 8 pairs each, against
+ * the token's row split once into even and odd entries. */
 
-ROPE_AVX2 static inline void bf16_widen16(const uint16_t *p, __m256 *a, __m256 *b)
+ROPE_AVX2 static inline void bf16_widen_eo(const uint16_t *p, __m256 *even, __m256 *odd)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    const __m256i zero = _mm256_setzero_si256();
-    *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
-    *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
-ROPE_AVX2 static inline void bf16_narrow16(uint16_t *p, __m256 a, __m256 b)
+/* (u + 0x7FFF + lsb) >> 16 per lane, exactly as convert.h; the odd results'
+ * shift is done by the blend, which takes their high halves as they are. */
+ROPE_AVX2 static inline __m256i bf16_round_hi(__m256 v)
 {
-    _mm256_storeu_si256((__m256i *)p, _mm256_packus_epi32(bf16_round(a), bf16_round(b)));
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
 }
 
+ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd)
+{
+    const __m256i e = _mm256_srli_epi32(bf16_round_hi(even), 16);
+    _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi16(e, bf16_round_hi(odd), 0xAA));
+}
+
+/* Split half: 16 pairs per step, as two sets of 8 (even and odd i). */
 #define BF16_SPLIT_STEP(FM0, FM1)                                                    \
     do {                                                                             \
-        __m256 x0a, x0b, x1a, x1b;                                                   \
-        bf16_widen16(x + i, &x0a, &x0b);                                             \
-        bf16_widen16(x + i + half, &x1a, &x1b);                                      \
-        const __m256 ca = _mm256_loadu_ps(cp + i - i0), cb = _mm256_loadu_ps(cp + i - i0 + 8); \
-        const __m256 sa = _mm256_loadu_ps(sp + i - i0), sb = _mm256_loadu_ps(sp + i - i0 + 8); \
-        bf16_narrow16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
-        bf16_narrow16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),            \
-                      FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                         \
+        __m256 x0e, x0o, x1e, x1o;                                                   \
+        bf16_widen_eo(x + i, &x0e, &x0o);                                            \
+        bf16_widen_eo(x + i + half, &x1e, &x1o);                                     \
+        const __m256 ce = _mm256_loadu_ps(cp + i - i0), co = _mm256_loadu_ps(cp + i - i0 + 8); \
+        const __m256 se = _mm256_loadu_ps(sp + i - i0), so = _mm256_loadu_ps(sp + i - i0 + 8); \
+        bf16_narrow_eo(y + i, FM0(x0e, ce, _mm256_mul_ps(x1e, se)), FM0(x0o, co, _mm256_mul_ps(x1o, so))); \
+        bf16_narrow_eo(y + i + half, FM1(x1e, ce, _mm256_mul_ps(x0e, se)),           \
+                       FM1(x1o, co, _mm256_mul_ps(x0o, so)));                        \
     } while (0)
+
+#define BF16_SPLIT_HEADS(FM0, FM1)                                                   \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
+        uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
+        for (int64_t i = i0; i < i0 + n16; i += 16)                                  \
+            BF16_SPLIT_STEP(FM0, FM1);                                               \
+    }
 
 ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                      int64_t n_heads, const float *cos, const float *sin,
@@ -336,24 +359,27 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
     for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
         const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
         const int64_t n16 = n & ~(int64_t)15;
-        for (int64_t i = 0; i < n16; i += 16) { /* pair order 0-3 8-11 4-7 12-15 */
+        for (int64_t i = 0; i < n16; i += 16) { /* entries i, i+2, .. i+14, then i+1, .. i+15 */
             const __m256 clo = _mm256_loadu_ps(cos + i0 + i), chi = _mm256_loadu_ps(cos + i0 + i + 8);
             const __m256 slo = _mm256_loadu_ps(sin + i0 + i), shi = _mm256_loadu_ps(sin + i0 + i + 8);
-            _mm256_storeu_ps(cp + i, _mm256_permute2f128_ps(clo, chi, 0x20));
-            _mm256_storeu_ps(cp + i + 8, _mm256_permute2f128_ps(clo, chi, 0x31));
-            _mm256_storeu_ps(sp + i, _mm256_permute2f128_ps(slo, shi, 0x20));
-            _mm256_storeu_ps(sp + i + 8, _mm256_permute2f128_ps(slo, shi, 0x31));
+#define BF16_EVEN_ODD(lo, hi, imm) \
+    _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, imm)), 0xD8))
+            _mm256_storeu_ps(cp + i, BF16_EVEN_ODD(clo, chi, 0x88));
+            _mm256_storeu_ps(cp + i + 8, BF16_EVEN_ODD(clo, chi, 0xDD));
+            _mm256_storeu_ps(sp + i, BF16_EVEN_ODD(slo, shi, 0x88));
+            _mm256_storeu_ps(sp + i + 8, BF16_EVEN_ODD(slo, shi, 0xDD));
+#undef BF16_EVEN_ODD
         }
-        for (int64_t h = 0; h < n_heads; h++) {
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+            BF16_SPLIT_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+            BF16_SPLIT_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
+        if (n16 == n)
+            continue;
+        for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 16 pairs */
             const uint16_t *x = (const uint16_t *)xv + h * x_sh;
             uint16_t *y = (uint16_t *)yv + h * y_sh;
-            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
-                for (int64_t i = i0; i < i0 + n16; i += 16)
-                    BF16_SPLIT_STEP(_mm256_fmsub_ps, _mm256_fmadd_ps);
-            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
-                for (int64_t i = i0; i < i0 + n16; i += 16)
-                    BF16_SPLIT_STEP(_mm256_fmadd_ps, _mm256_fmsub_ps);
-            for (int64_t i = i0 + n16; i < i0 + n; i++) { /* leftovers: < 16 pairs */
+            for (int64_t i = i0 + n16; i < i0 + n; i++) {
                 const float c = cos[i], s = inverse ? -sin[i] : sin[i];
                 const float x0 = ld1_bf16(x + i), x1 = ld1_bf16(x + i + half);
                 st1_bf16(y + i, __builtin_fmaf(x0, c, -(x1 * s)));
@@ -363,46 +389,39 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
     }
 }
 
-/* bfloat16, interleaved: the same widening. unpacklo/hi of 8 cos values with
- * themselves give [c0 c0 c1 c1 | c4 c4 c5 c5] and [c2 c2 c3 c3 | c6 c6 c7 c7]:
- * the duplicated row already in the widened lane order. Pairs stay adjacent,
- * so fmaddsub works on the widened vectors as on float32 ones. */
+/* Interleaved: 8 pairs per step, x0 in the even vector and x1 in the odd. */
+#define BF16_IL_HEADS(FM0, FM1)                                                      \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
+        uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
+        for (int64_t i = 0; i < n8; i += 8) {                                        \
+            __m256 x0, x1;                                                           \
+            bf16_widen_eo(x + 2 * i, &x0, &x1);                                      \
+            const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i); \
+            bf16_narrow_eo(y + 2 * i, FM0(x0, c, _mm256_mul_ps(x1, s)),              \
+                           FM1(x1, c, _mm256_mul_ps(x0, s)));                        \
+        }                                                                            \
+    }
+
 ROPE_AVX2 void rope_rot_il_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                      int64_t n_heads, const float *cos, const float *sin,
                                      int64_t half, int inverse)
 {
-    float cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];
-    const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);
-    for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
-        const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
-        const int64_t n8 = n & ~(int64_t)7;
-        for (int64_t i = 0; i < n8; i += 8) {
-            const __m256 c8 = _mm256_loadu_ps(cos + i0 + i);
-            const __m256 s8 = _mm256_xor_ps(_mm256_loadu_ps(sin + i0 + i), sign);
-            _mm256_storeu_ps(cc + 2 * i, _mm256_unpacklo_ps(c8, c8));
-            _mm256_storeu_ps(cc + 2 * i + 8, _mm256_unpackhi_ps(c8, c8));
-            _mm256_storeu_ps(ss + 2 * i, _mm256_unpacklo_ps(s8, s8));
-            _mm256_storeu_ps(ss + 2 * i + 8, _mm256_unpackhi_ps(s8, s8));
-        }
-        for (int64_t h = 0; h < n_heads; h++) {
-            const uint16_t *x = (const uint16_t *)xv + h * x_sh + 2 * i0;
-            uint16_t *y = (uint16_t *)yv + h * y_sh + 2 * i0;
-            for (int64_t j = 0; j < 2 * n8; j += 16) {
-                __m256 a, b;
-                bf16_widen16(x + j, &a, &b);
-                /* even lanes: x0*c - x1*s, odd lanes: x1*c + x0*s */
-                const __m256 ya = _mm256_fmaddsub_ps(a, _mm256_loadu_ps(cc + j),
-                    _mm256_mul_ps(_mm256_permute_ps(a, 0xB1), _mm256_loadu_ps(ss + j)));
-                const __m256 yb = _mm256_fmaddsub_ps(b, _mm256_loadu_ps(cc + j + 8),
-                    _mm256_mul_ps(_mm256_permute_ps(b, 0xB1), _mm256_loadu_ps(ss + j + 8)));
-                bf16_narrow16(y + j, ya, yb);
-            }
-            for (int64_t i = n8; i < n; i++) { /* leftovers: < 8 pairs */
-                const float c = cos[i0 + i], s = inverse ? -sin[i0 + i] : sin[i0 + i];
-                const float x0 = ld1_bf16(x + 2 * i), x1 = ld1_bf16(x + 2 * i + 1);
-                st1_bf16(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));
-                st1_bf16(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));
-            }
+    const int64_t n8 = half & ~(int64_t)7;
+    if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+        BF16_IL_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
+    else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+        BF16_IL_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
+    if (n8 == half)
+        return;
+    for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs */
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;
+        uint16_t *y = (uint16_t *)yv + h * y_sh;
+        for (int64_t i = n8; i < half; i++) {
+            const float c = cos[i], s = inverse ? -sin[i] : sin[i];
+            const float x0 = ld1_bf16(x + 2 * i), x1 = ld1_bf16(x + 2 * i + 1);
+            st1_bf16(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));
+            st1_bf16(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));
         }
     }
 }
