@@ -182,6 +182,15 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         ST16(y + j, _mm256_unpacklo_ps(y0, y1), _mm256_unpackhi_ps(y0, y1));         \
     } while (0)
 
+/* Every head's whole steps of one row chunk, one loop nest per direction. */
+#define IL_HEADS16(T, LD16, ST16, FM0, FM1)                                          \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh + 2 * i0;                              \
+        T *y = (T *)yv + h * y_sh + 2 * i0;                                          \
+        for (int64_t j = 0; j < 2 * nv; j += 16)                                     \
+            IL_STEP16(T, LD16, ST16, FM0, FM1);                                      \
+    }
+
 #define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
@@ -199,16 +208,16 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
                 _mm256_storeu_ps(sp + i, _mm256_castpd_ps(_mm256_permute4x64_pd(     \
                     _mm256_castps_pd(_mm256_loadu_ps(sin + i0 + i)), 0xD8)));        \
             }                                                                        \
-            for (int64_t h = 0; h < n_heads; h++) {                                  \
+            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                   \
+                IL_HEADS16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)          \
+            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                   \
+                IL_HEADS16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)          \
+            if (nv == n)                                                             \
+                continue;                                                            \
+            for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs */       \
                 const T *x = (const T *)xv + h * x_sh + 2 * i0;                      \
                 T *y = (T *)yv + h * y_sh + 2 * i0;                                  \
-                if (!inverse)                                                        \
-                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
-                        IL_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);  \
-                else                                                                 \
-                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
-                        IL_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);  \
-                for (int64_t i = nv; i < n; i++) { /* leftovers: < 8 pairs */        \
+                for (int64_t i = nv; i < n; i++) {                                   \
                     const float c = cos[i0 + i];                                     \
                     const float s = inverse ? -sin[i0 + i] : sin[i0 + i];            \
                     const float x0 = LD1(x + 2 * i), x1 = LD1(x + 2 * i + 1);        \
