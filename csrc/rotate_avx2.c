@@ -34,7 +34,10 @@ ROPE_AVX2 static inline __m256 ld8_f16(const uint16_t *p)
 }
 ROPE_AVX2 static inline void st8_f16(uint16_t *p, __m256 v)
 {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    /* register-form conversion: the memory form is slower on AMD */
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storeu_si128((__m128i *)p, h);
 }
 
 ROPE_AVX2 static inline __m256 ld8_bf16(const uint16_t *p)
@@ -93,6 +96,48 @@ ROPE_AVX2 static inline void st16_bf16(uint16_t *p, __m256 a, __m256 b)
     _mm256_storeu_si256((__m256i *)p, packed);
 }
 
+/* ---- 4-lane loads and stores: the pairs before a 32-byte boundary ---------- */
+
+ROPE_AVX2 static inline __m128 ld4_f32(const float *p) { return _mm_loadu_ps(p); }
+ROPE_AVX2 static inline void st4_f32(float *p, __m128 v) { _mm_storeu_ps(p, v); }
+ROPE_AVX2 static inline __m128 ld4_f16(const uint16_t *p)
+{
+    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
+}
+ROPE_AVX2 static inline void st4_f16(uint16_t *p, __m128 v)
+{
+    __m128i h = _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storel_epi64((__m128i *)p, h);
+}
+ROPE_AVX2 static inline __m128 ld4_bf16(const uint16_t *p)
+{
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p)), 16));
+}
+ROPE_AVX2 static inline void st4_bf16(uint16_t *p, __m128 v)
+{
+    const __m128i u = _mm_castps_si128(v); /* (u + 0x7FFF + lsb) >> 16, as convert.h */
+    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
+    const __m128i r = _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7FFF)), lsb), 16);
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(r, r));
+}
+
+/* Pairs to handle before the first 32-byte boundary of x, the same for every
+ * head (0 if x is aligned or the head stride is not a multiple of 32 bytes):
+ * numpy places large arrays 16 bytes past a page, and 32-byte loads and
+ * stores that straddle cache lines cost a third more (measured). Which pairs
+ * a step handles never changes their bits. elems_per_pair: 1 split half, 2
+ * interleaved. */
+static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize,
+                                      int64_t elems_per_pair, int64_t half)
+{
+    const int64_t mis = (int64_t)((uintptr_t)x & 31);
+    if (mis == 0 || x_sh % (32 / esize) != 0 || mis % (esize * elems_per_pair) != 0)
+        return 0;
+    const int64_t p = (32 - mis) / (esize * elems_per_pair);
+    return p < half ? p : 0;
+}
+
 static inline float ld1_f32(const float *p) { return *p; }
 static inline void st1_f32(float *p, float v) { *p = v; }
 static inline float ld1_f16(const uint16_t *p) { return rope_f16_to_f32(*p); }
@@ -118,35 +163,23 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
              FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
     } while (0)
 
-/* Every head's whole 16-pair steps, in one tight loop nest per direction
- * (the per-head tail work and the direction test stay out of it: with
- * head_dim 128 a head is only four steps). */
-#define SPLIT_HEADS16(T, LD16, ST16, FM0, FM1)                                       \
-    for (int64_t h = 0; h < n_heads; h++) {                                          \
-        const T *x = (const T *)xv + h * x_sh;                                       \
-        T *y = (T *)yv + h * y_sh;                                                   \
-        for (int64_t i = 0; i < n16; i += 16)                                        \
-            SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                                   \
-    }
-
-#define ROPE_AVX2_SPLIT(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)                     \
-    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
-                        int64_t n_heads, const float *cos, const float *sin,         \
-                        int64_t half, int inverse)                                   \
+/* Pairs [a, b) of every head in 8-, 4- and 1-pair steps: the pairs before
+ * the aligned 16-pair steps and after them. */
+#define ROPE_AVX2_SPLIT_PART(NAME, T, LD8, ST8, LD4, ST4, LD1, ST1)                   \
+    ROPE_AVX2 static inline __attribute__((always_inline)) void NAME(                 \
+        const void *xv, void *yv, int64_t x_sh, int64_t y_sh,                        \
+        int64_t n_heads, const float *cos, const float *sin,                         \
+        int64_t half, int inverse, int64_t a, int64_t b)                             \
     {                                                                                \
-        const int64_t n16 = half & ~(int64_t)15;                                     \
-        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
-            SPLIT_HEADS16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)           \
-        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
-            SPLIT_HEADS16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)           \
-        if (n16 == half)                                                             \
+        if (a >= b)                                                                  \
             return;                                                                  \
         const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
-        for (int64_t h = 0; h < n_heads; h++) { /* pairs n16 .. half-1 */            \
+        const __m128 sign4 = _mm256_castps256_ps128(sign);                           \
+        for (int64_t h = 0; h < n_heads; h++) {                                      \
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
-            int64_t i = n16;                                                         \
-            for (; i + 8 <= half; i += 8) {                                          \
+            int64_t i = a;                                                           \
+            for (; i + 8 <= b; i += 8) {                                             \
                 const __m256 c = _mm256_loadu_ps(cos + i);                           \
                 const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
                 const __m256 x0 = LD8(x + i), x1 = LD8(x + i + half);                \
@@ -154,13 +187,49 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
                 ST8(y + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));            \
                 ST8(y + i + half, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));     \
             }                                                                        \
-            for (; i < half; i++) { /* leftovers: the scalar formula */              \
+            for (; i + 4 <= b; i += 4) {                                             \
+                const __m128 c = _mm_loadu_ps(cos + i);                              \
+                const __m128 s = _mm_xor_ps(_mm_loadu_ps(sin + i), sign4);           \
+                const __m128 x0 = LD4(x + i), x1 = LD4(x + i + half);                \
+                /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                             \
+                ST4(y + i, _mm_fmsub_ps(x0, c, _mm_mul_ps(x1, s)));                  \
+                ST4(y + i + half, _mm_fmadd_ps(x1, c, _mm_mul_ps(x0, s)));           \
+            }                                                                        \
+            for (; i < b; i++) { /* the scalar formula */                            \
                 const float c = cos[i], s = inverse ? -sin[i] : sin[i];              \
                 const float x0 = LD1(x + i), x1 = LD1(x + i + half);                 \
                 ST1(y + i, __builtin_fmaf(x0, c, -(x1 * s)));                        \
                 ST1(y + i + half, __builtin_fmaf(x1, c, x0 * s));                    \
             }                                                                        \
         }                                                                            \
+    }
+
+/* Every head in one loop nest per direction: its pairs before the 32-byte
+ * boundary (p), its 16-pair steps, its last pairs. The direction test stays
+ * out of the loop: with head_dim 128 a head is only four steps. */
+#define SPLIT_HEADS16(T, PART, LD16, ST16, FM0, FM1)                                 \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh;                                       \
+        T *y = (T *)yv + h * y_sh;                                                   \
+        if (p)                                                                       \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, 0, p);                      \
+        for (int64_t i = p; i < p + n16; i += 16)                                    \
+            SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                                   \
+        if (p + n16 < half)                                                          \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, p + n16, half);             \
+    }
+
+#define ROPE_AVX2_SPLIT(NAME, PART, T, LD16, ST16)                                   \
+    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t half, int inverse)                                   \
+    {                                                                                \
+        const int64_t p = rope_peel_pairs(xv, x_sh, sizeof(T), 1, half);             \
+        const int64_t n16 = (half - p) & ~(int64_t)15;                               \
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)     \
     }
 
 /* Interleaved, float32: 8 pairs (16 lanes) per step, turned into the split-half
@@ -299,8 +368,11 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 #define F16 uint16_t, ld16_f16, st16_f16, ld8_f16, st8_f16, ld1_f16, st1_f16
 #define BF16 uint16_t, ld16_bf16, st16_bf16, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16
 #define EXPAND(M, ...) M(__VA_ARGS__)
-EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
-EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
+ROPE_AVX2_SPLIT_PART(split_part_f32, float, ld8_f32, st8_f32, ld4_f32, st4_f32, ld1_f32, st1_f32)
+ROPE_AVX2_SPLIT_PART(split_part_f16, uint16_t, ld8_f16, st8_f16, ld4_f16, st4_f16, ld1_f16, st1_f16)
+ROPE_AVX2_SPLIT_PART(split_part_bf16, uint16_t, ld8_bf16, st8_bf16, ld4_bf16, st4_bf16, ld1_bf16, st1_bf16)
+ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, split_part_f32, float, ld16_f32, st16_f32)
+ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, uint16_t, ld16_f16, st16_f16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
 
@@ -352,12 +424,18 @@ ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd
                        FM1(x1o, co, _mm256_mul_ps(x0o, so)));                        \
     } while (0)
 
+/* Every head of one row chunk: the 16-pair steps, then the last pairs (last
+ * chunk). No peeling to a 32-byte boundary here, unlike the other split-half
+ * kernels: bfloat16 is bound by its instructions, and two 8-pair steps per
+ * head cost more than the straddled cache lines (measured). */
 #define BF16_SPLIT_HEADS(FM0, FM1)                                                   \
     for (int64_t h = 0; h < n_heads; h++) {                                          \
         const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
         uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
         for (int64_t i = i0; i < i0 + n16; i += 16)                                  \
             BF16_SPLIT_STEP(FM0, FM1);                                               \
+        if (n16 < n)                                                                 \
+            split_part_bf16(x, y, 0, 0, 1, cos, sin, half, inverse, i0 + n16, i0 + n); \
     }
 
 ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
@@ -383,18 +461,6 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
             BF16_SPLIT_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
         else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
             BF16_SPLIT_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
-        if (n16 == n)
-            continue;
-        for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 16 pairs */
-            const uint16_t *x = (const uint16_t *)xv + h * x_sh;
-            uint16_t *y = (uint16_t *)yv + h * y_sh;
-            for (int64_t i = i0 + n16; i < i0 + n; i++) {
-                const float c = cos[i], s = inverse ? -sin[i] : sin[i];
-                const float x0 = ld1_bf16(x + i), x1 = ld1_bf16(x + i + half);
-                st1_bf16(y + i, __builtin_fmaf(x0, c, -(x1 * s)));
-                st1_bf16(y + i + half, __builtin_fmaf(x1, c, x0 * s));
-            }
-        }
     }
 }
 
