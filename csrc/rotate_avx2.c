@@ -84,18 +84,6 @@ ROPE_AVX2 static inline void st16_f16(uint16_t *p, __m256 a, __m256 b)
     const __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(hi, lo));
 }
-ROPE_AVX2 static inline void ld16_bf16(const uint16_t *p, __m256 *a, __m256 *b)
-{
-    *a = ld8_bf16(p);
-    *b = ld8_bf16(p + 8);
-}
-ROPE_AVX2 static inline void st16_bf16(uint16_t *p, __m256 a, __m256 b)
-{
-    const __m256i packed = _mm256_permute4x64_epi64(
-        _mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8);
-    _mm256_storeu_si256((__m256i *)p, packed);
-}
-
 /* ---- 4-lane loads and stores: the pairs before a 32-byte boundary ---------- */
 
 ROPE_AVX2 static inline __m128 ld4_f32(const float *p) { return _mm_loadu_ps(p); }
@@ -366,7 +354,6 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 
 #define F32 float, ld16_f32, st16_f32, ld8_f32, st8_f32, ld1_f32, st1_f32
 #define F16 uint16_t, ld16_f16, st16_f16, ld8_f16, st8_f16, ld1_f16, st1_f16
-#define BF16 uint16_t, ld16_bf16, st16_bf16, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16
 #define EXPAND(M, ...) M(__VA_ARGS__)
 ROPE_AVX2_SPLIT_PART(split_part_f32, float, ld8_f32, st8_f32, ld4_f32, st4_f32, ld1_f32, st1_f32)
 ROPE_AVX2_SPLIT_PART(split_part_f16, uint16_t, ld8_f16, st8_f16, ld4_f16, st4_f16, ld1_f16, st1_f16)
