@@ -110,19 +110,17 @@ ROPE_AVX2 static inline void st4_bf16(uint16_t *p, __m128 v)
     _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(r, r));
 }
 
-/* Pairs to handle before the first 32-byte boundary of x, the same for every
- * head (0 if x is aligned or the head stride is not a multiple of 32 bytes):
- * numpy places large arrays 16 bytes past a page, and 32-byte loads and
- * stores that straddle cache lines cost a third more (measured). Which pairs
- * a step handles never changes their bits. elems_per_pair: 1 split half, 2
- * interleaved. */
-static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize,
-                                      int64_t elems_per_pair, int64_t half)
+/* Split-half pairs before the first 32-byte boundary of x, the same for
+ * every head (0 if x is aligned or the head stride is not a multiple of 32
+ * bytes): numpy places large arrays 16 bytes past a page, and 32-byte loads
+ * and stores that straddle cache lines cost a third more (measured). Which
+ * step handles a pair never changes its bits. */
+static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize, int64_t half)
 {
     const int64_t mis = (int64_t)((uintptr_t)x & 31);
-    if (mis == 0 || x_sh % (32 / esize) != 0 || mis % (esize * elems_per_pair) != 0)
+    if (mis == 0 || x_sh % (32 / esize) != 0)
         return 0;
-    const int64_t p = (32 - mis) / (esize * elems_per_pair);
+    const int64_t p = (32 - mis) / esize;
     return p < half ? p : 0;
 }
 
@@ -207,12 +205,14 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
             PART(x, y, 0, 0, 1, cos, sin, half, inverse, p + n16, half);             \
     }
 
-#define ROPE_AVX2_SPLIT(NAME, PART, T, LD16, ST16)                                   \
+/* PEEL: start the 16-pair steps at x's first 32-byte boundary (float32);
+ * float16 gains nothing from it (bound by its conversions, measured). */
+#define ROPE_AVX2_SPLIT(NAME, PART, PEEL, T, LD16, ST16)                             \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
-        const int64_t p = rope_peel_pairs(xv, x_sh, sizeof(T), 1, half);             \
+        const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
         const int64_t n16 = (half - p) & ~(int64_t)15;                               \
         if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
             SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
@@ -358,8 +358,8 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 ROPE_AVX2_SPLIT_PART(split_part_f32, float, ld8_f32, st8_f32, ld4_f32, st4_f32, ld1_f32, st1_f32)
 ROPE_AVX2_SPLIT_PART(split_part_f16, uint16_t, ld8_f16, st8_f16, ld4_f16, st4_f16, ld1_f16, st1_f16)
 ROPE_AVX2_SPLIT_PART(split_part_bf16, uint16_t, ld8_bf16, st8_bf16, ld4_bf16, st4_bf16, ld1_bf16, st1_bf16)
-ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, split_part_f32, float, ld16_f32, st16_f32)
-ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, uint16_t, ld16_f16, st16_f16)
+ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, split_part_f32, 1, float, ld16_f32, st16_f32)
+ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, 0, uint16_t, ld16_f16, st16_f16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
 

@@ -87,8 +87,9 @@ def test_misaligned_offsets_are_handled(isa, dtype, rng):
 def test_heads_off_a_32_byte_boundary_match_scalar(isa, layout, dtype, rng):
     # Several heads whose stride is a multiple of 32 bytes, starting at every
     # element-aligned offset inside 32 bytes (numpy puts large arrays 16 bytes
-    # past a page): the kernels first rotate the pairs before the boundary,
-    # then whole vectors; every bit must match the scalar kernel.
+    # past a page): the float32 split-half kernel first rotates the pairs
+    # before the boundary, then whole vectors; every kernel must match the
+    # scalar one bit for bit.
     for head_dim, rotary_dim in ((64, 64), (128, 128), (128, 96), (48, 40)):
         rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
         n = 3 * 5 * head_dim
