@@ -34,7 +34,10 @@ ROPE_AVX2 static inline __m256 ld8_f16(const uint16_t *p)
 }
 ROPE_AVX2 static inline void st8_f16(uint16_t *p, __m256 v)
 {
-    _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    /* register-form conversion: the memory form is slower on AMD */
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storeu_si128((__m128i *)p, h);
 }
 
 ROPE_AVX2 static inline __m256 ld8_bf16(const uint16_t *p)
@@ -81,16 +84,44 @@ ROPE_AVX2 static inline void st16_f16(uint16_t *p, __m256 a, __m256 b)
     const __m128i hi = _mm256_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256((__m256i *)p, _mm256_set_m128i(hi, lo));
 }
-ROPE_AVX2 static inline void ld16_bf16(const uint16_t *p, __m256 *a, __m256 *b)
+/* ---- 4-lane loads and stores: the pairs before a 32-byte boundary ---------- */
+
+ROPE_AVX2 static inline __m128 ld4_f32(const float *p) { return _mm_loadu_ps(p); }
+ROPE_AVX2 static inline void st4_f32(float *p, __m128 v) { _mm_storeu_ps(p, v); }
+ROPE_AVX2 static inline __m128 ld4_f16(const uint16_t *p)
 {
-    *a = ld8_bf16(p);
-    *b = ld8_bf16(p + 8);
+    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
 }
-ROPE_AVX2 static inline void st16_bf16(uint16_t *p, __m256 a, __m256 b)
+ROPE_AVX2 static inline void st4_f16(uint16_t *p, __m128 v)
 {
-    const __m256i packed = _mm256_permute4x64_epi64(
-        _mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8);
-    _mm256_storeu_si256((__m256i *)p, packed);
+    __m128i h = _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storel_epi64((__m128i *)p, h);
+}
+ROPE_AVX2 static inline __m128 ld4_bf16(const uint16_t *p)
+{
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p)), 16));
+}
+ROPE_AVX2 static inline void st4_bf16(uint16_t *p, __m128 v)
+{
+    const __m128i u = _mm_castps_si128(v); /* (u + 0x7FFF + lsb) >> 16, as convert.h */
+    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
+    const __m128i r = _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7FFF)), lsb), 16);
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(r, r));
+}
+
+/* Split-half pairs before the first 32-byte boundary of x, the same for
+ * every head (0 if x is aligned or the head stride is not a multiple of 32
+ * bytes): numpy places large arrays 16 bytes past a page, and 32-byte loads
+ * and stores that straddle cache lines cost a third more (measured). Which
+ * step handles a pair never changes its bits. */
+static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize, int64_t half)
+{
+    const int64_t mis = (int64_t)((uintptr_t)x & 31);
+    if (mis == 0 || x_sh % (32 / esize) != 0)
+        return 0;
+    const int64_t p = (32 - mis) / esize;
+    return p < half ? p : 0;
 }
 
 static inline float ld1_f32(const float *p) { return *p; }
@@ -118,24 +149,23 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
              FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
     } while (0)
 
-#define ROPE_AVX2_SPLIT(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)                     \
-    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
-                        int64_t n_heads, const float *cos, const float *sin,         \
-                        int64_t half, int inverse)                                   \
+/* Pairs [a, b) of every head in 8-, 4- and 1-pair steps: the pairs before
+ * the aligned 16-pair steps and after them. */
+#define ROPE_AVX2_SPLIT_PART(NAME, T, LD8, ST8, LD4, ST4, LD1, ST1)                   \
+    ROPE_AVX2 static inline __attribute__((always_inline)) void NAME(                 \
+        const void *xv, void *yv, int64_t x_sh, int64_t y_sh,                        \
+        int64_t n_heads, const float *cos, const float *sin,                         \
+        int64_t half, int inverse, int64_t a, int64_t b)                             \
     {                                                                                \
+        if (a >= b)                                                                  \
+            return;                                                                  \
         const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
-        const int64_t n16 = half & ~(int64_t)15;                                     \
+        const __m128 sign4 = _mm256_castps256_ps128(sign);                           \
         for (int64_t h = 0; h < n_heads; h++) {                                      \
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
-            int64_t i = 0;                                                           \
-            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                   \
-                for (; i < n16; i += 16)                                             \
-                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);   \
-            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                   \
-                for (; i < n16; i += 16)                                             \
-                    SPLIT_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);   \
-            for (; i + 8 <= half; i += 8) {                                          \
+            int64_t i = a;                                                           \
+            for (; i + 8 <= b; i += 8) {                                             \
                 const __m256 c = _mm256_loadu_ps(cos + i);                           \
                 const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
                 const __m256 x0 = LD8(x + i), x1 = LD8(x + i + half);                \
@@ -143,13 +173,51 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
                 ST8(y + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));            \
                 ST8(y + i + half, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));     \
             }                                                                        \
-            for (; i < half; i++) { /* leftovers: the scalar formula */              \
+            for (; i + 4 <= b; i += 4) {                                             \
+                const __m128 c = _mm_loadu_ps(cos + i);                              \
+                const __m128 s = _mm_xor_ps(_mm_loadu_ps(sin + i), sign4);           \
+                const __m128 x0 = LD4(x + i), x1 = LD4(x + i + half);                \
+                /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                             \
+                ST4(y + i, _mm_fmsub_ps(x0, c, _mm_mul_ps(x1, s)));                  \
+                ST4(y + i + half, _mm_fmadd_ps(x1, c, _mm_mul_ps(x0, s)));           \
+            }                                                                        \
+            for (; i < b; i++) { /* the scalar formula */                            \
                 const float c = cos[i], s = inverse ? -sin[i] : sin[i];              \
                 const float x0 = LD1(x + i), x1 = LD1(x + i + half);                 \
                 ST1(y + i, __builtin_fmaf(x0, c, -(x1 * s)));                        \
                 ST1(y + i + half, __builtin_fmaf(x1, c, x0 * s));                    \
             }                                                                        \
         }                                                                            \
+    }
+
+/* Every head in one loop nest per direction: its pairs before the 32-byte
+ * boundary (p), its 16-pair steps, its last pairs. The direction test stays
+ * out of the loop: with head_dim 128 a head is only four steps. */
+#define SPLIT_HEADS16(T, PART, LD16, ST16, FM0, FM1)                                 \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh;                                       \
+        T *y = (T *)yv + h * y_sh;                                                   \
+        if (p)                                                                       \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, 0, p);                      \
+        for (int64_t i = p; i < p + n16; i += 16)                                    \
+            SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                                   \
+        if (p + n16 < half)                                                          \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, p + n16, half);             \
+    }
+
+/* PEEL: start the 16-pair steps at x's first 32-byte boundary (float32);
+ * float16 gains nothing from it (bound by its conversions, measured). */
+#define ROPE_AVX2_SPLIT(NAME, PART, PEEL, T, LD16, ST16)                             \
+    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t half, int inverse)                                   \
+    {                                                                                \
+        const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
+        const int64_t n16 = (half - p) & ~(int64_t)15;                               \
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)     \
     }
 
 /* Interleaved, float32: 8 pairs (16 lanes) per step, turned into the split-half
@@ -171,6 +239,15 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
         ST16(y + j, _mm256_unpacklo_ps(y0, y1), _mm256_unpackhi_ps(y0, y1));         \
     } while (0)
 
+/* Every head's whole steps of one row chunk, one loop nest per direction. */
+#define IL_HEADS16(T, LD16, ST16, FM0, FM1)                                          \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh + 2 * i0;                              \
+        T *y = (T *)yv + h * y_sh + 2 * i0;                                          \
+        for (int64_t j = 0; j < 2 * nv; j += 16)                                     \
+            IL_STEP16(T, LD16, ST16, FM0, FM1);                                      \
+    }
+
 #define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, LD8, ST8, LD1, ST1)               \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const float *cos, const float *sin,         \
@@ -188,16 +265,16 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
                 _mm256_storeu_ps(sp + i, _mm256_castpd_ps(_mm256_permute4x64_pd(     \
                     _mm256_castps_pd(_mm256_loadu_ps(sin + i0 + i)), 0xD8)));        \
             }                                                                        \
-            for (int64_t h = 0; h < n_heads; h++) {                                  \
+            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                   \
+                IL_HEADS16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)          \
+            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                   \
+                IL_HEADS16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)          \
+            if (nv == n)                                                             \
+                continue;                                                            \
+            for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs */       \
                 const T *x = (const T *)xv + h * x_sh + 2 * i0;                      \
                 T *y = (T *)yv + h * y_sh + 2 * i0;                                  \
-                if (!inverse)                                                        \
-                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
-                        IL_STEP16(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps);  \
-                else                                                                 \
-                    for (int64_t j = 0; j < 2 * nv; j += 16)                         \
-                        IL_STEP16(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps);  \
-                for (int64_t i = nv; i < n; i++) { /* leftovers: < 8 pairs */        \
+                for (int64_t i = nv; i < n; i++) {                                   \
                     const float c = cos[i0 + i];                                     \
                     const float s = inverse ? -sin[i0 + i] : sin[i0 + i];            \
                     const float x0 = LD1(x + 2 * i), x1 = LD1(x + 2 * i + 1);        \
@@ -277,45 +354,76 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
 
 #define F32 float, ld16_f32, st16_f32, ld8_f32, st8_f32, ld1_f32, st1_f32
 #define F16 uint16_t, ld16_f16, st16_f16, ld8_f16, st8_f16, ld1_f16, st1_f16
-#define BF16 uint16_t, ld16_bf16, st16_bf16, ld8_bf16, st8_bf16, ld1_bf16, st1_bf16
 #define EXPAND(M, ...) M(__VA_ARGS__)
-EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f32_avx2, F32)
-EXPAND(ROPE_AVX2_SPLIT, rope_rot_sh_f16_avx2, F16)
+ROPE_AVX2_SPLIT_PART(split_part_f32, float, ld8_f32, st8_f32, ld4_f32, st4_f32, ld1_f32, st1_f32)
+ROPE_AVX2_SPLIT_PART(split_part_f16, uint16_t, ld8_f16, st8_f16, ld4_f16, st4_f16, ld1_f16, st1_f16)
+ROPE_AVX2_SPLIT_PART(split_part_bf16, uint16_t, ld8_bf16, st8_bf16, ld4_bf16, st4_bf16, ld1_bf16, st1_bf16)
+ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, split_part_f32, 1, float, ld16_f32, st16_f32)
+ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, 0, uint16_t, ld16_f16, st16_f16)
 EXPAND(ROPE_AVX2_INTERLEAVED, rope_rot_il_f32_avx2, F32)
 EXPAND(ROPE_AVX2_INTERLEAVED_DUP, rope_rot_il_f16_avx2, F16)
 
-/* ---- bfloat16, split half: whole-vector widening ------------------------------
+/* ---- bfloat16: even and odd elements in separate vectors --------------------
  *
- * Widening 16 bfloat16 values is one 256-bit load and two unpacks with zero
- * (bf16 << 16), which leaves them in the lane order 0-3 8-11 | 4-7 12-15;
- * narrowing with packus after rounding restores the order for free. The
- * token's cos/sin rows are permuted to that order once (permute2f128) and
- * shared by every head. Per pair the arithmetic is unchanged. */
+ * One 256-bit load holds 16 bfloat16 values, two per 32-bit lane: shifting
+ * each lane left by 16 gives the even-indexed values as float32, masking off
+ * the low half gives the odd-indexed ones (bf16 -> f32 is exact). Narrowing
+ * rounds both to nearest even on the 32-bit lanes (as convert.h) and blends
+ * the even results' high halves (shifted down) with the odd results' high
+ * halves: the original order, with no cross-lane shuffles.
+ * Interleaved, the even values are the pairs' x0 and the odd ones their x1,
+ * so the split-half arithmetic applies directly against the cos/sin row as
+ * stored. Split half, evens and odds are two sets of 8 pairs each, against
+ * the token's row split once into even and odd entries. */
 
-ROPE_AVX2 static inline void bf16_widen16(const uint16_t *p, __m256 *a, __m256 *b)
+ROPE_AVX2 static inline void bf16_widen_eo(const uint16_t *p, __m256 *even, __m256 *odd)
 {
     const __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    const __m256i zero = _mm256_setzero_si256();
-    *a = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, v));
-    *b = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, v));
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xFFFF0000u)));
 }
 
-ROPE_AVX2 static inline void bf16_narrow16(uint16_t *p, __m256 a, __m256 b)
+/* (u + 0x7FFF + lsb) >> 16 per lane, exactly as convert.h; the odd results'
+ * shift is done by the blend, which takes their high halves as they are. */
+ROPE_AVX2 static inline __m256i bf16_round_hi(__m256 v)
 {
-    _mm256_storeu_si256((__m256i *)p, _mm256_packus_epi32(bf16_round(a), bf16_round(b)));
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb);
 }
 
+ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd)
+{
+    const __m256i e = _mm256_srli_epi32(bf16_round_hi(even), 16);
+    _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi16(e, bf16_round_hi(odd), 0xAA));
+}
+
+/* Split half: 16 pairs per step, as two sets of 8 (even and odd i). */
 #define BF16_SPLIT_STEP(FM0, FM1)                                                    \
     do {                                                                             \
-        __m256 x0a, x0b, x1a, x1b;                                                   \
-        bf16_widen16(x + i, &x0a, &x0b);                                             \
-        bf16_widen16(x + i + half, &x1a, &x1b);                                      \
-        const __m256 ca = _mm256_loadu_ps(cp + i - i0), cb = _mm256_loadu_ps(cp + i - i0 + 8); \
-        const __m256 sa = _mm256_loadu_ps(sp + i - i0), sb = _mm256_loadu_ps(sp + i - i0 + 8); \
-        bf16_narrow16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
-        bf16_narrow16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),            \
-                      FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                         \
+        __m256 x0e, x0o, x1e, x1o;                                                   \
+        bf16_widen_eo(x + i, &x0e, &x0o);                                            \
+        bf16_widen_eo(x + i + half, &x1e, &x1o);                                     \
+        const __m256 ce = _mm256_loadu_ps(cp + i - i0), co = _mm256_loadu_ps(cp + i - i0 + 8); \
+        const __m256 se = _mm256_loadu_ps(sp + i - i0), so = _mm256_loadu_ps(sp + i - i0 + 8); \
+        bf16_narrow_eo(y + i, FM0(x0e, ce, _mm256_mul_ps(x1e, se)), FM0(x0o, co, _mm256_mul_ps(x1o, so))); \
+        bf16_narrow_eo(y + i + half, FM1(x1e, ce, _mm256_mul_ps(x0e, se)),           \
+                       FM1(x1o, co, _mm256_mul_ps(x0o, so)));                        \
     } while (0)
+
+/* Every head of one row chunk: the 16-pair steps, then the last pairs (last
+ * chunk). No peeling to a 32-byte boundary here, unlike the other split-half
+ * kernels: bfloat16 is bound by its instructions, and two 8-pair steps per
+ * head cost more than the straddled cache lines (measured). */
+#define BF16_SPLIT_HEADS(FM0, FM1)                                                   \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
+        uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
+        for (int64_t i = i0; i < i0 + n16; i += 16)                                  \
+            BF16_SPLIT_STEP(FM0, FM1);                                               \
+        if (n16 < n)                                                                 \
+            split_part_bf16(x, y, 0, 0, 1, cos, sin, half, inverse, i0 + n16, i0 + n); \
+    }
 
 ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                      int64_t n_heads, const float *cos, const float *sin,
@@ -325,73 +433,57 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
     for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
         const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
         const int64_t n16 = n & ~(int64_t)15;
-        for (int64_t i = 0; i < n16; i += 16) { /* pair order 0-3 8-11 4-7 12-15 */
+        for (int64_t i = 0; i < n16; i += 16) { /* entries i, i+2, .. i+14, then i+1, .. i+15 */
             const __m256 clo = _mm256_loadu_ps(cos + i0 + i), chi = _mm256_loadu_ps(cos + i0 + i + 8);
             const __m256 slo = _mm256_loadu_ps(sin + i0 + i), shi = _mm256_loadu_ps(sin + i0 + i + 8);
-            _mm256_storeu_ps(cp + i, _mm256_permute2f128_ps(clo, chi, 0x20));
-            _mm256_storeu_ps(cp + i + 8, _mm256_permute2f128_ps(clo, chi, 0x31));
-            _mm256_storeu_ps(sp + i, _mm256_permute2f128_ps(slo, shi, 0x20));
-            _mm256_storeu_ps(sp + i + 8, _mm256_permute2f128_ps(slo, shi, 0x31));
+#define BF16_EVEN_ODD(lo, hi, imm) \
+    _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(lo, hi, imm)), 0xD8))
+            _mm256_storeu_ps(cp + i, BF16_EVEN_ODD(clo, chi, 0x88));
+            _mm256_storeu_ps(cp + i + 8, BF16_EVEN_ODD(clo, chi, 0xDD));
+            _mm256_storeu_ps(sp + i, BF16_EVEN_ODD(slo, shi, 0x88));
+            _mm256_storeu_ps(sp + i + 8, BF16_EVEN_ODD(slo, shi, 0xDD));
+#undef BF16_EVEN_ODD
         }
-        for (int64_t h = 0; h < n_heads; h++) {
-            const uint16_t *x = (const uint16_t *)xv + h * x_sh;
-            uint16_t *y = (uint16_t *)yv + h * y_sh;
-            if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
-                for (int64_t i = i0; i < i0 + n16; i += 16)
-                    BF16_SPLIT_STEP(_mm256_fmsub_ps, _mm256_fmadd_ps);
-            else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
-                for (int64_t i = i0; i < i0 + n16; i += 16)
-                    BF16_SPLIT_STEP(_mm256_fmadd_ps, _mm256_fmsub_ps);
-            for (int64_t i = i0 + n16; i < i0 + n; i++) { /* leftovers: < 16 pairs */
-                const float c = cos[i], s = inverse ? -sin[i] : sin[i];
-                const float x0 = ld1_bf16(x + i), x1 = ld1_bf16(x + i + half);
-                st1_bf16(y + i, __builtin_fmaf(x0, c, -(x1 * s)));
-                st1_bf16(y + i + half, __builtin_fmaf(x1, c, x0 * s));
-            }
-        }
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+            BF16_SPLIT_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+            BF16_SPLIT_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
     }
 }
 
-/* bfloat16, interleaved: the same widening. unpacklo/hi of 8 cos values with
- * themselves give [c0 c0 c1 c1 | c4 c4 c5 c5] and [c2 c2 c3 c3 | c6 c6 c7 c7]:
- * the duplicated row already in the widened lane order. Pairs stay adjacent,
- * so fmaddsub works on the widened vectors as on float32 ones. */
+/* Interleaved: 8 pairs per step, x0 in the even vector and x1 in the odd. */
+#define BF16_IL_HEADS(FM0, FM1)                                                      \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
+        uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
+        for (int64_t i = 0; i < n8; i += 8) {                                        \
+            __m256 x0, x1;                                                           \
+            bf16_widen_eo(x + 2 * i, &x0, &x1);                                      \
+            const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i); \
+            bf16_narrow_eo(y + 2 * i, FM0(x0, c, _mm256_mul_ps(x1, s)),              \
+                           FM1(x1, c, _mm256_mul_ps(x0, s)));                        \
+        }                                                                            \
+    }
+
 ROPE_AVX2 void rope_rot_il_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                      int64_t n_heads, const float *cos, const float *sin,
                                      int64_t half, int inverse)
 {
-    float cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];
-    const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);
-    for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
-        const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
-        const int64_t n8 = n & ~(int64_t)7;
-        for (int64_t i = 0; i < n8; i += 8) {
-            const __m256 c8 = _mm256_loadu_ps(cos + i0 + i);
-            const __m256 s8 = _mm256_xor_ps(_mm256_loadu_ps(sin + i0 + i), sign);
-            _mm256_storeu_ps(cc + 2 * i, _mm256_unpacklo_ps(c8, c8));
-            _mm256_storeu_ps(cc + 2 * i + 8, _mm256_unpackhi_ps(c8, c8));
-            _mm256_storeu_ps(ss + 2 * i, _mm256_unpacklo_ps(s8, s8));
-            _mm256_storeu_ps(ss + 2 * i + 8, _mm256_unpackhi_ps(s8, s8));
-        }
-        for (int64_t h = 0; h < n_heads; h++) {
-            const uint16_t *x = (const uint16_t *)xv + h * x_sh + 2 * i0;
-            uint16_t *y = (uint16_t *)yv + h * y_sh + 2 * i0;
-            for (int64_t j = 0; j < 2 * n8; j += 16) {
-                __m256 a, b;
-                bf16_widen16(x + j, &a, &b);
-                /* even lanes: x0*c - x1*s, odd lanes: x1*c + x0*s */
-                const __m256 ya = _mm256_fmaddsub_ps(a, _mm256_loadu_ps(cc + j),
-                    _mm256_mul_ps(_mm256_permute_ps(a, 0xB1), _mm256_loadu_ps(ss + j)));
-                const __m256 yb = _mm256_fmaddsub_ps(b, _mm256_loadu_ps(cc + j + 8),
-                    _mm256_mul_ps(_mm256_permute_ps(b, 0xB1), _mm256_loadu_ps(ss + j + 8)));
-                bf16_narrow16(y + j, ya, yb);
-            }
-            for (int64_t i = n8; i < n; i++) { /* leftovers: < 8 pairs */
-                const float c = cos[i0 + i], s = inverse ? -sin[i0 + i] : sin[i0 + i];
-                const float x0 = ld1_bf16(x + 2 * i), x1 = ld1_bf16(x + 2 * i + 1);
-                st1_bf16(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));
-                st1_bf16(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));
-            }
+    const int64_t n8 = half & ~(int64_t)7;
+    if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+        BF16_IL_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
+    else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+        BF16_IL_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
+    if (n8 == half)
+        return;
+    for (int64_t h = 0; h < n_heads; h++) { /* leftovers: < 8 pairs */
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;
+        uint16_t *y = (uint16_t *)yv + h * y_sh;
+        for (int64_t i = n8; i < half; i++) {
+            const float c = cos[i], s = inverse ? -sin[i] : sin[i];
+            const float x0 = ld1_bf16(x + 2 * i), x1 = ld1_bf16(x + 2 * i + 1);
+            st1_bf16(y + 2 * i, __builtin_fmaf(x0, c, -(x1 * s)));
+            st1_bf16(y + 2 * i + 1, __builtin_fmaf(x1, c, x0 * s));
         }
     }
 }

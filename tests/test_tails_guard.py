@@ -80,3 +80,24 @@ def test_misaligned_offsets_are_handled(isa, dtype, rng):
         rope.apply(v, [0, 1, 2], out=v)
         assert guards_intact(buf, offset, 60 * dtype.itemsize)
         assert same_bits(v, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("layout", ["interleaved", "split_half"])
+def test_heads_off_a_32_byte_boundary_match_scalar(isa, layout, dtype, rng):
+    # Several heads whose stride is a multiple of 32 bytes, starting at every
+    # element-aligned offset inside 32 bytes (numpy puts large arrays 16 bytes
+    # past a page): the float32 split-half kernel first rotates the pairs
+    # before the boundary, then whole vectors; every kernel must match the
+    # scalar one bit for bit.
+    for head_dim, rotary_dim in ((64, 64), (128, 128), (128, 96), (48, 40)):
+        rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
+        n = 3 * 5 * head_dim
+        for offset in range(0, 32, dtype.itemsize):
+            buf, x = guarded(n, dtype, offset, rng)
+            v = x.reshape(3, 5, head_dim)
+            with pyrope.forced_isa("scalar"):
+                want = rope.apply(np.array(v), [7, 500, 90000], inverse=offset % 3 == 1)
+            rope.apply(v, [7, 500, 90000], out=v, inverse=offset % 3 == 1)
+            assert guards_intact(buf, offset, n * dtype.itemsize), (head_dim, offset)
+            assert same_bits(v, want), (head_dim, rotary_dim, offset)

@@ -1,0 +1,89 @@
+/* Single-process timing of the rotation kernels on the prefill shapes, with
+ * the bandwidth yardstick over the same bytes timed in the same repetition
+ * (medians, microseconds), for iterating on csrc/rotate_avx2.c without the
+ * Python layer or the peers:
+ *
+ *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
+ *      tests/c/rotate_speed.c csrc/[a-z]*.c -lm -o build/rotate_speed
+ *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0]
+ *
+ * The byte offset places the data that far past a 64-byte boundary (numpy
+ * puts large arrays 16 bytes past a page). Everything rotates in place. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pyrope.h"
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+#define MAX_REPS 1001
+
+int main(int argc, char **argv)
+{
+    const int threads = argc > 1 ? atoi(argv[1]) : 1;
+    int reps = argc > 2 ? atoi(argv[2]) : 41;
+    const int offset = argc > 3 ? atoi(argv[3]) : 0;
+    if (reps < 1 || reps > MAX_REPS || offset < 0 || offset > 64 || offset % 4) {
+        fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4]\n", MAX_REPS);
+        return 2;
+    }
+    const int64_t seq = 2048, head_dim = 128, half = 64;
+    double inv_freq[64];
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = __builtin_pow(10000.0, -2.0 * i / head_dim);
+    float *cos = malloc(seq * half * sizeof(float)), *sin = malloc(seq * half * sizeof(float));
+    if (!cos || !sin || rope_cos_sin_range_f32(0, seq, inv_freq, half, 1.0, cos, sin) != ROPE_OK)
+        return 1;
+    static double t[3][MAX_REPS];
+    const int64_t heads[2] = {32, 8};
+    const char *shape[2] = {"prefill_q", "prefill_k"}, *dtype[3] = {"float32", "float16", "bfloat16"};
+    const int esize[3] = {4, 2, 2};
+    printf("threads %d, offset %d bytes, medians of %d (us)\n", threads, offset, reps);
+    for (int s = 0; s < 2; s++) {
+        const size_t n = (size_t)seq * heads[s] * head_dim;
+        unsigned char *base = aligned_alloc(64, n * 4 + 128);
+        if (!base)
+            return 1;
+        unsigned char *x = base + offset;
+        for (int d = 0; d < 3; d++) {
+            for (size_t i = 0; i < n * esize[d]; i += 2) { /* 1.06 as float16/bfloat16/float32 halves */
+                x[i] = 0x3c;
+                x[i + 1] = 0x3c;
+            }
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_us();
+                rope_bandwidth_pass(x, (int64_t)(n * esize[d]), 0x80008000u, threads);
+                t[0][r] = now_us() - t0;
+                for (int layout = 0; layout < 2; layout++) {
+                    t0 = now_us();
+                    rope_rotate(d, layout, 0, x, x, 1, seq, heads[s], head_dim, head_dim,
+                                0, heads[s] * head_dim, head_dim, 0, heads[s] * head_dim, head_dim,
+                                NULL, 0, 0, 0, cos, sin, 0, seq, NULL, 1.0, threads);
+                    t[1 + layout][r] = now_us() - t0;
+                }
+            }
+            for (int k = 0; k < 3; k++)
+                qsort(t[k], reps, sizeof(double), by_value);
+            const double y = t[0][reps / 2], il = t[1][reps / 2], sh = t[2][reps / 2];
+            printf("%-9s %-8s yardstick %7.1f  interleaved %7.1f (%.2f)  split_half %7.1f (%.2f)\n",
+                   shape[s], dtype[d], y, il, y / il, sh, y / sh);
+        }
+        free(base);
+    }
+    free(cos);
+    free(sin);
+    return 0;
+}
