@@ -18,7 +18,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope, _kernel, reference
-from tolerance import EPS32, pair_magnitudes
+from tolerance import EPS32, pair_magnitudes, reference_rotation
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -30,19 +30,6 @@ UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 def bits(a):
     return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
-
-
-def reference_rotation(rope, x, positions, inverse=False):
-    """float64 exact rotation of [seq, heads, dim] x (any float dtype) at per-token positions."""
-    x64 = x.astype(np.float64)
-    out = np.empty(x.shape, dtype=np.float64)
-    inv_freq = [float(w) for w in rope.inv_freq]
-    for s, pos in enumerate(positions):
-        for h in range(x.shape[1]):
-            out[s, h] = reference.rotate_with_inv_freq(
-                [float(v) for v in x64[s, h]], int(pos), inv_freq, layout=rope.layout,
-                inverse=inverse, attention_factor=rope.attention_factor)
-    return out
 
 
 def assert_close_for_dtype(got, want, x, rotary_dim, layout, dtype, factor=1.0):

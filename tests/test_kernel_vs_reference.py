@@ -8,21 +8,9 @@ import numpy as np
 import pytest
 
 from pyrope import Rope, reference
-from tolerance import WORST, assert_rotation_close
+from tolerance import WORST, assert_rotation_close, reference_rotation
 
 LAYOUTS = ["interleaved", "split_half"]
-
-
-def reference_rotation(rope, x, positions, inverse=False):
-    """Rotate [seq, heads, dim] float32 x with the reference at per-token positions."""
-    out = np.empty(x.shape, dtype=np.float64)
-    inv_freq = [float(w) for w in rope.inv_freq]
-    for s, pos in enumerate(positions):
-        for h in range(x.shape[1]):
-            out[s, h] = reference.rotate_with_inv_freq(
-                [float(v) for v in x[s, h]], int(pos), inv_freq, layout=rope.layout,
-                inverse=inverse, attention_factor=rope.attention_factor)
-    return out
 
 
 def _record(isa, layout, rel):

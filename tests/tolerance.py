@@ -8,6 +8,8 @@ times the attention factor; we allow 4 * 2**-23 to stay clear of the bound.
 """
 import numpy as np
 
+from pyrope import reference
+
 EPS32 = 2.0**-23
 WORST = {}  # largest relative error seen per (isa, layout): printed after the run
 
@@ -42,3 +44,17 @@ def assert_rotation_close(got, want, x, rotary_dim, layout, factor=1.0):
         f"error {err[worst]:.3g} exceeds bound {bound[worst]:.3g} at {worst}: "
         f"got {got[worst]!r}, want {want[worst]!r}")
     return float(np.max(err / np.maximum(bound / 4 / EPS32, 1e-300)))
+
+
+def reference_rotation(rope, x, positions, inverse=False):
+    """float64 exact rotation of [seq, heads, dim] x (any float dtype) at
+    per-token positions, by the standard-library reference."""
+    x64 = np.asarray(x).astype(np.float64)
+    out = np.empty(x64.shape, dtype=np.float64)
+    inv_freq = [float(w) for w in rope.inv_freq]
+    for s, pos in enumerate(positions):
+        for h in range(x64.shape[1]):
+            out[s, h] = reference.rotate_with_inv_freq(
+                [float(v) for v in x64[s, h]], int(pos), inv_freq, layout=rope.layout,
+                inverse=inverse, attention_factor=rope.attention_factor)
+    return out
