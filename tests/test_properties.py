@@ -204,3 +204,13 @@ def test_on_the_fly_angles_equal_table_rows(isa, layout, rng):
     _kernel.rotate(x, got, layout, False, rope.rotary_dim, pos, 0, None,
                    rope.inv_freq, rope.attention_factor)
     assert np.array_equal(bits(got), bits(want))
+
+
+def test_apply_qk_with_zero_query_heads_still_rotates_keys(isa, rng):
+    rope = Rope(16, layout="split_half")
+    q = np.zeros((2, 3, 0, 16), dtype=np.float32)
+    k = rng.standard_normal((2, 3, 2, 16)).astype(np.float32)
+    q2, k2 = rope.apply_qk(q, k, offset=5)
+    assert q2.shape == q.shape
+    assert np.array_equal(bits(k2), bits(rope.apply(k, offset=5)))
+    assert not np.array_equal(bits(k2), bits(k))
