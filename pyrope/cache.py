@@ -36,7 +36,7 @@ def _rope_type():
 def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     """Rotate cached keys ``k`` from ``from_positions`` to ``to_positions``, in place.
 
-    - ``k``: float32 keys already rotated by ``rope`` at ``from_positions``,
+    - ``k``: keys (any dtype `apply` accepts) already rotated by ``rope`` at ``from_positions``,
       ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``) or
       ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``); written in place.
     - ``from_positions``, ``to_positions``: integer arrays ``[seq]`` or
