@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench sanitize fuzz clean
+.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-aarch64 clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -71,3 +71,17 @@ tsan:
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=thread -Icsrc \
 	  tests/c/threads_race.c csrc/*.c -lm -lpthread -o build/threads_race
 	TSAN_OPTIONS=halt_on_error=1 build/threads_race
+
+# The scalar kernels on another architecture: build tests/c/portable_digest.c
+# natively and for aarch64 (cross gcc, run under qemu-user) and require the
+# same digests, i.e. bit-identical tables and rotations.
+check-aarch64:
+	command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
+	mkdir -p build
+	$(CC) -std=c11 -O2 -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
+	aarch64-linux-gnu-gcc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
+	  -lm -lpthread -static -o build/digest_aarch64
+	build/digest_native > build/digest_native.txt
+	qemu-aarch64 build/digest_aarch64 > build/digest_aarch64.txt
+	diff build/digest_native.txt build/digest_aarch64.txt && echo "aarch64 scalar kernels: bit-identical to $$(uname -m)"
