@@ -150,13 +150,9 @@ class Rope:
             kind = None if dtype is None else np.dtype(dtype)
         except builtins.TypeError:
             kind = None
-        if kind == np.float32:
-            table = _kernel.cos_sin_table
-        elif kind == np.float64:
-            table = _kernel.cos_sin_table_f64
-        else:
+        if kind != np.float32 and kind != np.float64:
             raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
-        cos, sin = table(flat, self._inv_freq, self._attention_factor)
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind)
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
@@ -303,10 +299,7 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        if isinstance(x, np.ndarray) and x.dtype not in DTYPE_CODES:
-            raise TypeError(f"{name} must have dtype {_kernel.ACCEPTED_NAMES} (native byte order), "
-                            f"got {x.dtype.str} ({x.dtype})")
-        as_float_array(name, x, _ACCEPTED_DTYPES)
+        as_float_array(name, x, _ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")
