@@ -269,6 +269,14 @@ def bandwidth_pass(a, xor_mask=0, n_threads=None):
     check_status(status, "bandwidth_pass")
 
 
+def kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
+    item = a.itemsize
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
+
+
 def _element_strides(a):
     """Strides in elements of the first three axes; 0 for axes of length 1."""
     item = a.itemsize

@@ -497,7 +497,7 @@ def _prepare(x, result, seq_axis):
         return None
     src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
     dst = src if in_place else (result if seq_axis == -3 else np.swapaxes(result, -3, -2))
-    if not (_kernel_friendly(src) and _kernel_friendly(dst)):
+    if not (_kernel.kernel_friendly(src) and _kernel.kernel_friendly(dst)):
         return None
     if src.ndim == 3:
         return src[None], dst[None]
@@ -535,21 +535,14 @@ def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
         dst = src
     # The kernel wants a contiguous last axis and aligned, whole-element
     # strides; anything else goes through a contiguous copy (documented).
-    if not _kernel_friendly(dst):
+    if not _kernel.kernel_friendly(dst):
         tmp = np.array(src, order="C")  # a fresh, aligned copy
         _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
         dst[...] = tmp
         return
-    if not _kernel_friendly(src):
+    if not _kernel.kernel_friendly(src):
         src = np.array(src, order="C")
     _rotate_batched(rope, src, dst, inverse, positions, offset, table)
-
-def _kernel_friendly(a):
-    """Can the kernel address ``a`` directly? Contiguous last axis, and data
-    aligned to the element size (C forbids misaligned float pointers; such
-    views, e.g. a byte-offset buffer, go through an aligned copy)."""
-    item = a.itemsize
-    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
 
 
 def _rotate_batched(rope, src, dst, inverse, positions, offset, table):
