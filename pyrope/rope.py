@@ -254,7 +254,7 @@ class Rope:
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
-        if q.shape[:-2] != k.shape[:-2] if job.seq_axis == -3 else (q.shape[:-3] + q.shape[-2:-1] != k.shape[:-3] + k.shape[-2:-1]):
+        if not _same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False))
 
@@ -356,6 +356,13 @@ class _Job:
         return outputs
 
 
+def _same_tokens(q, k, seq_axis):
+    """Do q and k (at least 3-D) share their batch and sequence dims?"""
+    if seq_axis == -3:   # [*batch, seq, heads, dim]
+        return q.shape[:-2] == k.shape[:-2]
+    return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
+
+
 # ---- the fast path: repeated calls on contiguous arrays -----------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
@@ -448,9 +455,7 @@ def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
     pq, pk = _plan(q, seq_axis), _plan(k, seq_axis)
     if pq is None or pk is None or q.shape[-1] != rope._head_dim or k.shape[-1] != rope._head_dim:
         return None
-    same = q.shape[:-2] == k.shape[:-2] if seq_axis == -3 else (
-        q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2])
-    if not same:
+    if not _same_tokens(q, k, seq_axis):
         return None
     code, n_batch, n_seq, qh, qb, qs, qhs = pq
     kh, kb, ks, khs = pk[3:]
