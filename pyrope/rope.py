@@ -343,16 +343,16 @@ class _Job:
             views.append((tok, results))
         positions = self._positions_2d(batch_shape, n_seq)
         outputs = [r for _, r in views]
-        empty = [t.size == 0 for t, _ in views]
-        if all(empty):  # nothing to rotate: C is never called with dangling pointers
+        if all(t.size == 0 for t, _ in views):  # no token or no head: no angles to look up
             return outputs
+        # An array with zero heads next to one with some (q without heads) goes
+        # to C like any other: C skips a tensor with no heads, pointers unread.
         table, c_positions = rope._table_for(positions, self.offset, n_seq, self.angles)
-        if not any(empty) and len(self.items) == 2 and _rotate_pair(
+        if len(self.items) == 2 and _rotate_pair(
                 rope, self.items, outputs, self.seq_axis, inverse, c_positions, self.offset, table):
             return outputs
-        for (_, x, out), result, skip in zip(self.items, outputs, empty):
-            if not skip:  # e.g. q with zero heads next to k with some
-                _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
+        for (_, x, out), result in zip(self.items, outputs):
+            _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
         return outputs
 
 
