@@ -60,8 +60,7 @@ class Rope:
         if rotary_dim > head_dim:
             raise ValueError(f"rotary_dim must be at most head_dim ({head_dim}), got {rotary_dim}")
         resolved = resolve(scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base)
-        inv_freq = np.ascontiguousarray(resolved.inv_freq, dtype=np.float64)
-        inv_freq.flags.writeable = False
+        inv_freq = resolved.inv_freq  # Resolved holds it float64, C-contiguous, read-only
         self._head_dim = head_dim
         self._rotary_dim = 2 * inv_freq.shape[0]
         self._layout = layout
