@@ -150,7 +150,7 @@ static int rotate_tensors(int dtype, int layout, int inverse, tensor *t, int n_t
     const int on_the_fly = !cos_table && !sin_table;
     if (on_the_fly ? !inv_freq : (!cos_table || !sin_table))
         return ROPE_E_NULL;
-    const size_t esize = dtype == ROPE_F64 ? 8 : dtype == ROPE_F32 ? 4 : 2;
+    const size_t esize = (size_t)ROPE_ELEM_SIZE[dtype];
     if (!rope_aligned(positions, 8) || !rope_aligned(inv_freq, 8) ||
         !rope_aligned(cos_table, 4) || !rope_aligned(sin_table, 4))
         return ROPE_E_ALIGN;
@@ -203,7 +203,7 @@ static int rotate_tensors(int dtype, int layout, int inverse, tensor *t, int n_t
     j.head_dim = head_dim;
     j.rotary_dim = rotary_dim;
     j.half = half;
-    j.elem = ROPE_ELEM_SIZE[dtype];
+    j.elem = (int64_t)esize;
     j.positions = positions;
     j.p_sb = p_sb;
     j.p_ss = p_ss;

@@ -25,7 +25,6 @@ def as_int(name, value):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
-
 def as_even_dim(name, value):
     """A positive even integer (head_dim, rotary_dim)."""
     value = as_int(name, value)
@@ -82,12 +81,13 @@ def as_positions(name, value):
     return arr.astype(np.int64, copy=False)
 
 
+def as_float_array(name, value, dtypes, accepted=None):
+    """``value`` must be an ndarray whose dtype is exactly one of ``dtypes`` (native order).
 
-def as_float_array(name, value, dtypes):
-    """``value`` must be an ndarray whose dtype is exactly one of ``dtypes`` (native order)."""
+    ``accepted``: how the message names the dtypes (default: their names)."""
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(value).__name__}")
     if not any(value.dtype == d for d in dtypes):
-        accepted = ", ".join(np.dtype(d).name for d in dtypes)
+        accepted = accepted or ", ".join(np.dtype(d).name for d in dtypes)
         raise TypeError(f"{name} must have dtype {accepted} (native byte order), got {value.dtype.str} ({value.dtype})")
     return value

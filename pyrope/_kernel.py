@@ -263,10 +263,19 @@ def bandwidth_pass(a, xor_mask=0, n_threads=None):
     """The yardstick: XOR every byte of C-contiguous ``a`` in place with ``xor_mask``
     (0: unchanged), one read and one write per byte, split like a rotation."""
     if not a.flags.c_contiguous or not a.flags.writeable:
-        raise ValueError("a must be a writeable C-contiguous array")
+        raise ValueError(f"a must be a writeable C-contiguous array, got c_contiguous="
+                         f"{a.flags.c_contiguous}, writeable={a.flags.writeable}")
     status = lib.rope_bandwidth_pass(pointer("void *", a), a.nbytes, xor_mask,
                                      NUM_THREADS if n_threads is None else n_threads)
     check_status(status, "bandwidth_pass")
+
+
+def kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
+    item = a.itemsize
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
 
 
 def _element_strides(a):

@@ -20,10 +20,10 @@ import threading
 import numpy as np
 
 from . import _kernel
+from ._checks import MAX_POSITION
 
 MAX_TABLE_BYTES = 32 << 20   # per Rope: cos + sin rows
 MIN_ROWS = 64                # smallest window built
-MAX_POSITION = 2**31 - 1
 
 
 class TableCache:

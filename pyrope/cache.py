@@ -85,8 +85,7 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
     if to_rope.layout != rope.layout:
         raise ValueError(f"to_rope.layout must equal layout={rope.layout!r}, got {to_rope.layout!r}: "
                          f"a layout change permutes the projection weights (pyrope.layout), not cached keys")
-    if rope.attention_factor == 0.0:
-        raise ValueError("cannot convert keys from a rope with attention_factor 0")
+    # attention factors are > 0 (Resolved refuses 0), so the ratio is defined
     ratio = to_rope.attention_factor / rope.attention_factor
     forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
         to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,

@@ -141,11 +141,7 @@ def _check_rule(rope, x, positions):
     worst = 0.0
     for p in positions:
         got = _rot(rope, x[:2], p)
-        want = np.array([reference.rotate_with_inv_freq([float(v) for v in row], int(p),
-                                                        [float(w) for w in rope.inv_freq],
-                                                        layout=rope.layout,
-                                                        attention_factor=rope.attention_factor)
-                         for row in x[:2]])
+        want = _ref_rot(rope, rope.layout, x[:2], p)
         bound = 4 * EPS32 * abs(rope.attention_factor) * _pair_mag(x[:2], rope.rotary_dim, rope.layout) + 1e-30
         worst = max(worst, float(np.max(np.abs(got - want) / bound)))
     return CheckResult("rule", worst <= 1, worst,
@@ -210,14 +206,17 @@ def _check_table(rope, positions):
                        f"cos/sin within 1 float32 ulp (ratio = ulps) at positions {list(positions)}")
 
 
+def _ref_rot(rope, layout, x, p):
+    """Rows of x [n, d] rotated at position p by the stdlib reference in ``layout``
+    with the rope's frequencies and factor (float64)."""
+    inv = [float(w) for w in rope.inv_freq]
+    return np.array([reference.rotate_with_inv_freq([float(v) for v in row], int(p), inv, layout=layout,
+                                                    attention_factor=rope.attention_factor) for row in x])
+
+
 def _ref_scores(rope, layout, q, k, m, n):
     """Scores with the stdlib reference rotating in ``layout`` with the rope's frequencies."""
-    inv = [float(w) for w in rope.inv_freq]
-    rq = np.array([reference.rotate_with_inv_freq([float(v) for v in row], m, inv, layout=layout,
-                                                  attention_factor=rope.attention_factor) for row in q])
-    rk = np.array([reference.rotate_with_inv_freq([float(v) for v in row], n, inv, layout=layout,
-                                                  attention_factor=rope.attention_factor) for row in k])
-    return rq @ rk.T
+    return _ref_rot(rope, layout, q, m) @ _ref_rot(rope, layout, k, n).T
 
 
 def _check_layout(rope, q, k, weights_layout):

@@ -19,17 +19,15 @@ A value given in two places must agree, else ``ValueError`` names both.
 
 from __future__ import annotations
 
-import builtins
 import copy
 import json
 import math
 import numbers
-import operator
 import os
 import pathlib
 
 from .errors import TypeError, ValueError
-from .scaling import Default, resolve, rule_from_dict
+from .scaling import Default, _positive_int, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "DEFAULT_BASE"]
 
@@ -116,14 +114,7 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
 
     name = _rule_name(rope, cfg)
     if seq_len is not None:
-        if isinstance(seq_len, bool):
-            raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}")
-        try:
-            seq_len = operator.index(seq_len)
-        except builtins.TypeError:
-            raise TypeError(f"config: 'seq_len' must be an int, got {seq_len!r}") from None
-        if seq_len < 1:
-            raise ValueError(f"config: 'seq_len' must be >= 1, got {seq_len}")
+        seq_len = _positive_int("seq_len", seq_len, "config")
 
     if name == "proportional":
         rope["partial_rotary_factor"] = float(partial)

@@ -99,8 +99,9 @@ def resolved_from_contract(d: dict):
     if not isinstance(freqs, list) or not freqs:
         raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {freqs!r}")
     inv_freq = [_from_hex(f"inv_freq[{i}]", s) for i, s in enumerate(freqs)]
-    if any(v < 0 for v in inv_freq):
-        raise ValueError("contract: 'inv_freq' values must be >= 0")
+    for i, v in enumerate(inv_freq):
+        if v < 0:
+            raise ValueError(f"contract: 'inv_freq' values must be >= 0, got inv_freq[{i}] = {freqs[i]!r}")
     if rotary_dim != 2 * len(inv_freq):
         raise ValueError(f"contract: 'rotary_dim' {rotary_dim} must be 2 * len(inv_freq) = {2 * len(inv_freq)}")
     if rotary_dim > head_dim:

@@ -11,18 +11,10 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
 import numpy as np
 
 from . import _kernel
-from ._checks import as_int
+from ._checks import as_float_array, as_int
 from .errors import TypeError, ValueError
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
-
-
-def _f32(name, a):
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
-    if a.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32 (native byte order), got {a.dtype.str} ({a.dtype})")
-    return a
 
 
 def _flag(name, value, allowed):
@@ -48,8 +40,9 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
     tables used as given. Position ids outside ``[0, max_pos)`` raise
     ``ValueError`` (the ONNX reference would wrap negative ones silently).
     """
-    x = _f32("input", input)
-    cos_cache, sin_cache = _f32("cos_cache", cos_cache), _f32("sin_cache", sin_cache)
+    x = as_float_array("input", input, (np.float32,))
+    cos_cache = as_float_array("cos_cache", cos_cache, (np.float32,))
+    sin_cache = as_float_array("sin_cache", sin_cache, (np.float32,))
     interleaved = _flag("interleaved", interleaved, (0, 1))
     rotary_embedding_dim = as_int("rotary_embedding_dim", rotary_embedding_dim)
     num_heads = as_int("num_heads", num_heads)
@@ -99,12 +92,13 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
                              f"position_ids, got {cos_cache.shape}")
         rows = np.arange(batch * seq, dtype=np.int64).reshape(batch, seq)
         cos_t, sin_t = cos_cache.reshape(batch * seq, half), sin_cache.reshape(batch * seq, half)
-    cos_t, sin_t = np.ascontiguousarray(cos_t), np.ascontiguousarray(sin_t)
+    # C refuses misaligned pointers: a byte-offset buffer is copied, like a strided one
+    cos_t, sin_t = (np.require(t, requirements=("C", "A")) for t in (cos_t, sin_t))
     out = np.empty(x.shape, dtype=np.float32)
     out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
     if out.size == 0:
         return out
-    src = tok if tok.strides[-1] == 4 and all(s % 4 == 0 for s in tok.strides) else np.ascontiguousarray(tok)
+    src = tok if _kernel.kernel_friendly(tok) else np.require(tok, requirements=("C", "A"))
     rows = np.ascontiguousarray(rows)
     _kernel.rotate(src, out_tok, "interleaved" if interleaved else "split_half", False, rot, rows, 0,
                    (cos_t, sin_t, 0), _DUMMY_FREQ, 1.0)

@@ -60,8 +60,7 @@ class Rope:
         if rotary_dim > head_dim:
             raise ValueError(f"rotary_dim must be at most head_dim ({head_dim}), got {rotary_dim}")
         resolved = resolve(scaling, head_dim=head_dim, rotary_dim=rotary_dim, base=base)
-        inv_freq = np.ascontiguousarray(resolved.inv_freq, dtype=np.float64)
-        inv_freq.flags.writeable = False
+        inv_freq = resolved.inv_freq  # Resolved holds it float64, C-contiguous, read-only
         self._head_dim = head_dim
         self._rotary_dim = 2 * inv_freq.shape[0]
         self._layout = layout
@@ -150,13 +149,9 @@ class Rope:
             kind = None if dtype is None else np.dtype(dtype)
         except builtins.TypeError:
             kind = None
-        if kind == np.float32:
-            table = _kernel.cos_sin_table
-        elif kind == np.float64:
-            table = _kernel.cos_sin_table_f64
-        else:
+        if kind != np.float32 and kind != np.float64:
             raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
-        cos, sin = table(flat, self._inv_freq, self._attention_factor)
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind)
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
@@ -258,7 +253,7 @@ class Rope:
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
-        if q.shape[:-2] != k.shape[:-2] if job.seq_axis == -3 else (q.shape[:-3] + q.shape[-2:-1] != k.shape[:-3] + k.shape[-2:-1]):
+        if not _same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False))
 
@@ -303,10 +298,7 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        if isinstance(x, np.ndarray) and x.dtype not in DTYPE_CODES:
-            raise TypeError(f"{name} must have dtype {_kernel.ACCEPTED_NAMES} (native byte order), "
-                            f"got {x.dtype.str} ({x.dtype})")
-        as_float_array(name, x, _ACCEPTED_DTYPES)
+        as_float_array(name, x, _ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")
@@ -350,17 +342,24 @@ class _Job:
             views.append((tok, results))
         positions = self._positions_2d(batch_shape, n_seq)
         outputs = [r for _, r in views]
-        empty = [t.size == 0 for t, _ in views]
-        if all(empty):  # nothing to rotate: C is never called with dangling pointers
+        if all(t.size == 0 for t, _ in views):  # no token or no head: no angles to look up
             return outputs
+        # An array with zero heads next to one with some (q without heads) goes
+        # to C like any other: C skips a tensor with no heads, pointers unread.
         table, c_positions = rope._table_for(positions, self.offset, n_seq, self.angles)
-        if not any(empty) and len(self.items) == 2 and _rotate_pair(
+        if len(self.items) == 2 and _rotate_pair(
                 rope, self.items, outputs, self.seq_axis, inverse, c_positions, self.offset, table):
             return outputs
-        for (_, x, out), result, skip in zip(self.items, outputs, empty):
-            if not skip:  # e.g. q with zero heads next to k with some
-                _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
+        for (_, x, out), result in zip(self.items, outputs):
+            _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
         return outputs
+
+
+def _same_tokens(q, k, seq_axis):
+    """Do q and k (at least 3-D) share their batch and sequence dims?"""
+    if seq_axis == -3:   # [*batch, seq, heads, dim]
+        return q.shape[:-2] == k.shape[:-2]
+    return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
 
 
 # ---- the fast path: repeated calls on contiguous arrays -----------------------
@@ -455,9 +454,7 @@ def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
     pq, pk = _plan(q, seq_axis), _plan(k, seq_axis)
     if pq is None or pk is None or q.shape[-1] != rope._head_dim or k.shape[-1] != rope._head_dim:
         return None
-    same = q.shape[:-2] == k.shape[:-2] if seq_axis == -3 else (
-        q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2])
-    if not same:
+    if not _same_tokens(q, k, seq_axis):
         return None
     code, n_batch, n_seq, qh, qb, qs, qhs = pq
     kh, kb, ks, khs = pk[3:]
@@ -504,7 +501,7 @@ def _prepare(x, result, seq_axis):
         return None
     src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
     dst = src if in_place else (result if seq_axis == -3 else np.swapaxes(result, -3, -2))
-    if not (_kernel_friendly(src) and _kernel_friendly(dst)):
+    if not (_kernel.kernel_friendly(src) and _kernel.kernel_friendly(dst)):
         return None
     if src.ndim == 3:
         return src[None], dst[None]
@@ -542,21 +539,14 @@ def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
         dst = src
     # The kernel wants a contiguous last axis and aligned, whole-element
     # strides; anything else goes through a contiguous copy (documented).
-    if not _kernel_friendly(dst):
+    if not _kernel.kernel_friendly(dst):
         tmp = np.array(src, order="C")  # a fresh, aligned copy
         _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
         dst[...] = tmp
         return
-    if not _kernel_friendly(src):
+    if not _kernel.kernel_friendly(src):
         src = np.array(src, order="C")
     _rotate_batched(rope, src, dst, inverse, positions, offset, table)
-
-def _kernel_friendly(a):
-    """Can the kernel address ``a`` directly? Contiguous last axis, and data
-    aligned to the element size (C forbids misaligned float pointers; such
-    views, e.g. a byte-offset buffer, go through an aligned copy)."""
-    item = a.itemsize
-    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
 
 
 def _rotate_batched(rope, src, dst, inverse, positions, offset, table):

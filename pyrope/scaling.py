@@ -78,8 +78,10 @@ class Resolved:
         arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
         if arr.ndim != 1 or arr.size == 0:
             raise ValueError(f"inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
-        if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError("inv_freq must hold finite values >= 0")
+        bad = ~np.isfinite(arr) | (arr < 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"inv_freq must hold finite values >= 0, got inv_freq[{i}] = {float(arr[i])!r}")
         arr.flags.writeable = False
         object.__setattr__(self, "inv_freq", arr)
         factor = _positive_real("attention_factor", self.attention_factor, "Resolved")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pyrope import cli, reference, reference_rules  # noqa: F401  (reference_rules: oracle for rules)
+from pyrope import cli, reference
 from hf_configs import LLAMA31_8B, QWEN25_7B_YARN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import Rope, _kernel, reference
+from pyrope import Rope, _kernel
 from tolerance import EPS32, pair_magnitudes, reference_rotation
 
 import ml_dtypes  # noqa: E402 - the test extra installs it

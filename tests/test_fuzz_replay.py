@@ -10,8 +10,6 @@ import os
 import shutil
 import subprocess
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FUZZ = os.path.join(ROOT, "tests", "fuzz")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]

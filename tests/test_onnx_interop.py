@@ -114,6 +114,25 @@ def test_strided_input(rng, view):
     np.testing.assert_array_equal(x, before)
 
 
+def misaligned(a):
+    """A copy of float32 ``a`` one byte past an aligned address (valid, but C refuses the pointer)."""
+    buf = np.empty(a.nbytes + 1, dtype=np.uint8)
+    out = np.ndarray(a.shape, dtype=a.dtype, buffer=buf, offset=1)
+    out[...] = a
+    assert not out.flags.aligned
+    return out
+
+
+@pytest.mark.parametrize("shape, heads", [((2, 3, 4, 16), 0), ((2, 4, 48), 3)])
+def test_misaligned_input_and_caches(rng, shape, heads):
+    x = misaligned(rng.standard_normal(shape).astype(np.float32))
+    cos, sin = (misaligned(t) for t in onnx_caches(pyrope.Rope(16, layout="interleaved"), 10))
+    pos = np.array([[0, 3, 6, 9], [1, 2, 3, 4]])
+    got = onnx_rotary_embedding(x, cos, sin, pos, interleaved=1, num_heads=heads)
+    want = numpy_spec(x, cos, sin, pos, 1, 0, heads or shape[1])
+    np.testing.assert_allclose(got, want, rtol=0, atol=bound(x, cos))
+
+
 @pytest.mark.parametrize("layout, inter", [("split_half", 0), ("interleaved", 1)])
 def test_rope_caches_give_rope_apply_bit_for_bit(rng, layout, inter):
     rope = pyrope.Rope(32, layout=layout, rotary_dim=24)

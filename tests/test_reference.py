@@ -496,7 +496,7 @@ def test_shift_comparison_rows():
     assert max(rotary) - min(rotary) < 1e-12
     for start, rot, add in rows:
         with mp.workdps(50):
-            pm, pn, rq, rk = [], [], [], []
+            pm, pn = [], []
             for i in range(4):
                 theta = exact_theta(i, 8, 10000.0)
                 a, b = start * theta, (start + 2) * theta
