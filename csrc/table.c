@@ -24,7 +24,6 @@
  * Error analysis: docs/ACCURACY.md. Callers keep |m| <= 2^31 - 1, |w| <= 4.
  */
 #include <math.h>
-#include <string.h>
 
 #include "kernels.h"
 #include "table_poly.h"
@@ -75,15 +74,7 @@ void rope_cos_sin_turns(double md, double t0, double t1, double t2,
     pc = fma(z, pc, ROPE_C2);
     const double cs = fma(z, pc, 1.0);              /* cos(pi/2 f) */
 
-    /* k mod 4 sits in the low bits of kk's significand (kk = 1.5*2^52 + k). */
-    uint64_t bits;
-    memcpy(&bits, &kk, sizeof bits);
-    switch (bits & 3) {
-    case 0: *cos_out = cs;  *sin_out = sn;  break;
-    case 1: *cos_out = -sn; *sin_out = cs;  break;
-    case 2: *cos_out = -cs; *sin_out = -sn; break;
-    default: *cos_out = sn; *sin_out = -cs; break;
-    }
+    rope_quadrant(kk, cs, sn, cos_out, sin_out);
 }
 
 void rope_entry_f32(int64_t m, double w, double t0, double t1, double t2, double scale,

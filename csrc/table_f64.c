@@ -10,7 +10,6 @@
  * within about 0.8 ulp; the product by scale adds half an ulp.
  */
 #include <math.h>
-#include <string.h>
 
 #include "pyrope.h"
 #include "kernels.h"
@@ -68,14 +67,7 @@ static void cos_sin_f64(double md, double t0, double t1, double t2, double *cos_
     double x, y;
     two_sum(xh, xl, &x, &y);                        /* pi/2 f = x + y */
     const double sn = kernel_sin(x, y), cs = kernel_cos(x, y);
-    uint64_t bits;
-    memcpy(&bits, &kk, sizeof bits);
-    switch (bits & 3) {
-    case 0: *cos_out = cs;  *sin_out = sn;  break;
-    case 1: *cos_out = -sn; *sin_out = cs;  break;
-    case 2: *cos_out = -cs; *sin_out = -sn; break;
-    default: *cos_out = sn; *sin_out = -cs; break;
-    }
+    rope_quadrant(kk, cs, sn, cos_out, sin_out);
 }
 
 int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,

@@ -4,6 +4,7 @@
 #define PYROPE_TABLE_POLY_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* 2/pi = ROPE_2_PI_0 + ROPE_2_PI_1 + ROPE_2_PI_2 to about 2^-161. */
 #define ROPE_2_PI_0 0x1.45f306dc9c883p-1
@@ -52,6 +53,21 @@
 /* If every value within bound of y rounds to the same float32 (so the exact
  * value does too: rounding is monotonic), store it (+0 for zero) and
  * return 1; else return 0. */
+/* cos and sin of k*pi/2 + a from cs = cos a, sn = sin a: k mod 4 sits in
+ * the low bits of kk's significand (kk = ROPE_ROUND_MAGIC + k). */
+static inline void rope_quadrant(double kk, double cs, double sn,
+                                 double *cos_out, double *sin_out)
+{
+    uint64_t bits;
+    memcpy(&bits, &kk, sizeof bits);
+    switch (bits & 3) {
+    case 0: *cos_out = cs;  *sin_out = sn;  break;
+    case 1: *cos_out = -sn; *sin_out = cs;  break;
+    case 2: *cos_out = -cs; *sin_out = -sn; break;
+    default: *cos_out = sn; *sin_out = -cs; break;
+    }
+}
+
 static inline int rope_certify_f32(double y, double bound, float *out)
 {
     if ((float)(y - bound) != (float)(y + bound))
