@@ -5,7 +5,7 @@
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
  *      tests/c/rotate_speed.c csrc/[a-z]*.c -lm -o build/rotate_speed
- *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0]
+ *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0] [isa=best]
  *
  * The byte offset places the data that far past a 64-byte boundary (numpy
  * puts large arrays 16 bytes past a page). Everything rotates in place. */
@@ -36,6 +36,10 @@ int main(int argc, char **argv)
     const int threads = argc > 1 ? atoi(argv[1]) : 1;
     int reps = argc > 2 ? atoi(argv[2]) : 41;
     const int offset = argc > 3 ? atoi(argv[3]) : 0;
+    if (argc > 4 && rope_set_isa(atoi(argv[4])) != ROPE_OK) {
+        fprintf(stderr, "isa %s is not supported here\n", argv[4]);
+        return 2;
+    }
     if (reps < 1 || reps > MAX_REPS || offset < 0 || offset > 64 || offset % 4) {
         fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4]\n", MAX_REPS);
         return 2;
@@ -51,7 +55,7 @@ int main(int argc, char **argv)
     const int64_t heads[2] = {32, 8};
     const char *shape[2] = {"prefill_q", "prefill_k"}, *dtype[3] = {"float32", "float16", "bfloat16"};
     const int esize[3] = {4, 2, 2};
-    printf("threads %d, offset %d bytes, medians of %d (us)\n", threads, offset, reps);
+    printf("isa %d, threads %d, offset %d bytes, medians of %d (us)\n", rope_get_isa(), threads, offset, reps);
     for (int s = 0; s < 2; s++) {
         const size_t n = (size_t)seq * heads[s] * head_dim;
         unsigned char *base = aligned_alloc(64, n * 4 + 128);
