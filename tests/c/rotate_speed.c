@@ -8,7 +8,15 @@
  *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0] [isa=best]
  *
  * The byte offset places the data that far past a 64-byte boundary (numpy
- * puts large arrays 16 bytes past a page). Everything rotates in place. */
+ * puts large arrays 16 bytes past a page). Everything rotates in place.
+ *
+ * "ceiling" is the same call with a sequence stride of 0: every token
+ * rotates the same one token's heads (4-16 KiB, held in L1), so the time is
+ * that of the instructions alone, with the table rows still read as usual.
+ * No kernel built from these instructions can beat it, whatever the memory
+ * does; yardstick / ceiling is therefore the best fraction of the yardstick
+ * that the arithmetic allows on this core. Timed on one thread (two threads
+ * on one token would write the same bytes). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +59,7 @@ int main(int argc, char **argv)
     float *cos = malloc(seq * half * sizeof(float)), *sin = malloc(seq * half * sizeof(float));
     if (!cos || !sin || rope_cos_sin_range_f32(0, seq, inv_freq, half, 1.0, cos, sin) != ROPE_OK)
         return 1;
-    static double t[3][MAX_REPS];
+    static double t[5][MAX_REPS];
     const int64_t heads[2] = {32, 8};
     const char *shape[2] = {"prefill_q", "prefill_k"}, *dtype[3] = {"float32", "float16", "bfloat16"};
     const int esize[3] = {4, 2, 2};
@@ -77,13 +85,20 @@ int main(int argc, char **argv)
                                 0, heads[s] * head_dim, head_dim, 0, heads[s] * head_dim, head_dim,
                                 NULL, 0, 0, 0, cos, sin, 0, seq, NULL, 1.0, threads);
                     t[1 + layout][r] = now_us() - t0;
+                    t0 = now_us(); /* ceiling: sequence stride 0, one thread */
+                    rope_rotate(d, layout, 0, x, x, 1, seq, heads[s], head_dim, head_dim,
+                                0, 0, head_dim, 0, 0, head_dim,
+                                NULL, 0, 0, 0, cos, sin, 0, seq, NULL, 1.0, 1);
+                    t[3 + layout][r] = now_us() - t0;
                 }
             }
-            for (int k = 0; k < 3; k++)
+            for (int k = 0; k < 5; k++)
                 qsort(t[k], reps, sizeof(double), by_value);
             const double y = t[0][reps / 2], il = t[1][reps / 2], sh = t[2][reps / 2];
-            printf("%-9s %-8s yardstick %7.1f  interleaved %7.1f (%.2f)  split_half %7.1f (%.2f)\n",
-                   shape[s], dtype[d], y, il, y / il, sh, y / sh);
+            const double cil = t[3][reps / 2], csh = t[4][reps / 2];
+            printf("%-9s %-8s yardstick %7.1f  interleaved %7.1f (%.2f, ceiling %6.1f = %.2f)"
+                   "  split_half %7.1f (%.2f, ceiling %6.1f = %.2f)\n",
+                   shape[s], dtype[d], y, il, y / il, cil, y / cil, sh, y / sh, csh, y / csh);
         }
         free(base);
     }
