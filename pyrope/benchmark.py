@@ -19,21 +19,10 @@ Contenders:
   ufuncs with ``out=`` (16-bit dtypes through float32);
 - torch (if installed): eager, the HF ``apply_rotary_pos_emb`` way;
 - onnxruntime (if installed): ONNX ``RotaryEmbedding`` (opset 23, CPU).
-
-Prefill cases also time the *instruction ceiling*: the same call, in both
-layouts, on a view whose sequence stride is 0, so every token rotates the
-same one token's heads (4-16 KiB, held in L1) while the table rows are read
-as usual. That is the time of the kernel's instructions alone, on one thread
-(two threads on one token would write the same bytes). With the work split
-over ``threads`` cores, ``yardstick / (ceiling / threads)`` is the largest
-fraction of the yardstick these instructions can reach, however the memory
-behaves: where it is below a target, only fewer or cheaper instructions can
-meet it, not better memory access.
 """
 import time
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from . import _kernel, reference
 from ._kernel import BFLOAT16
@@ -202,9 +191,6 @@ class Case:
         c["pyrope_other_layout"] = (lambda: other.apply(xo, offset=first, out=xo), None)
         xn = x0.copy()
         c["numpy"] = (lambda: numpy_rotation(xn, cos_tok, sin_tok, layout), lambda: xn)
-        if case.startswith("prefill"):
-            c["ceiling"] = _ceiling(rope, x0, first)
-            c["ceiling_other_layout"] = _ceiling(other, x0, first)
         if peers and torch is not None:
             torch.set_num_threads(threads)
             c["torch"] = torch_peer(x0.copy(), cos_tok, sin_tok, layout)
@@ -212,7 +198,6 @@ class Case:
             peer = onnx_peer(x0.copy(), cos_rows, sin_rows, positions, layout, threads)
             if peer is not None:
                 c["onnxruntime"] = peer
-        self.threads = threads
         self.contenders, self.x0, self.rope, self.positions = c, x0, rope, positions
         self.inputs = {"pyrope": x, "numpy": xn}
         self.times = {n: [] for n in c}
@@ -256,27 +241,7 @@ class Case:
             "other_layout_ratio": float(np.median(t["pyrope_other_layout"] / t["pyrope"])),
             "speedup": {p: float(np.median(t[p] / t["pyrope"])) if p in t else None
                         for p in ("numpy", "torch", "onnxruntime")},
-            # the best pyrope/yardstick the instructions allow, and the best other layout / this
-            "ceiling_ratio": (float(np.median(t["yardstick"] * self.threads / t["ceiling"]))
-                              if "ceiling" in t else None),
-            "ceiling_other_layout_ratio": (float(np.median(t["ceiling_other_layout"] / t["ceiling"]))
-                                           if "ceiling" in t else None),
         }
-
-
-def _ceiling(rope, x0, first):
-    """The instruction-ceiling contender: ``rope`` on a sequence-stride-0 view, one thread."""
-    token = x0[:, :1].copy()
-    view = as_strided(token, shape=x0.shape, strides=(0, 0) + token.strides[2:], writeable=True)
-
-    def call():
-        threads = _kernel.NUM_THREADS
-        _kernel.set_num_threads(1)
-        try:
-            rope.apply(view, offset=first, out=view)
-        finally:
-            _kernel.set_num_threads(threads)
-    return call, None
 
 
 def run(cases, dtypes, layouts, *, rounds=None, peers=True, progress=None):
@@ -306,15 +271,13 @@ def _speedup(row, peer):
 
 def format_summary(rows):
     """The summary table (markdown) followed by the target checks."""
-    out = ["| case | dtype | layout | pyrope | GB/s | yardstick | pyrope/yardstick | (ceiling) "
-           "| other layout / this | (ceiling) | vs numpy | vs torch | vs ORT |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| case | dtype | layout | pyrope | GB/s | yardstick | pyrope/yardstick | other layout / this | vs numpy | vs torch | vs ORT |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.get("kind") != "rotate":
             continue
         out.append(f"| {r['case']} {r['shape']} | {r['dtype']} | {r['layout']} | {_t(r['pyrope'])} | "
-                   f"{r['gbps']:.1f} | {_t(r['yardstick'])} | {r['yard_ratio']:.2f} | {_r(r.get('ceiling_ratio'))} | "
-                   f"{r['other_layout_ratio']:.2f} | {_r(r.get('ceiling_other_layout_ratio'))} | "
+                   f"{r['gbps']:.1f} | {_t(r['yardstick'])} | {r['yard_ratio']:.2f} | {r['other_layout_ratio']:.2f} | "
                    f"{_speedup(r, 'numpy')} | {_speedup(r, 'torch')} | {_speedup(r, 'onnxruntime')} |")
     for r in rows:
         if r.get("kind") == "overhead":
@@ -325,10 +288,6 @@ def format_summary(rows):
     out.append("")
     out.extend(check_targets(rows))
     return "\n".join(out)
-
-
-def _r(ratio):
-    return "" if ratio is None else f"{ratio:.2f}"
 
 
 def _t(seconds):
@@ -349,18 +308,9 @@ def check_targets(rows):
         worst = min(values, key=lambda v: v[0])
         lines.append(f"- {name}: {'HOLDS' if ok(worst[0]) else 'MISSED'} (worst {worst[0]:.2f} at {worst[1]})")
 
-    def ceilings(name, values, goal):
-        below = [v for v in values if v[0] < goal]
-        if values:
-            lowest = min(values, key=lambda v: v[0])
-            lines.append(f"  - {name}: below the target in {len(below)} of {len(values)} cases "
-                         f"(lowest {lowest[0]:.2f} at {lowest[1]})")
-
     prefill = [r for r in rot if r["case"].startswith("prefill")]
     report("prefill in place >= 0.85 of the yardstick",
            [(r["yard_ratio"], _name(r)) for r in prefill], lambda v: v >= 0.85)
-    ceilings("what the instructions allow (yardstick / (ceiling / threads))",
-             [(r["ceiling_ratio"], _name(r)) for r in prefill if r.get("ceiling_ratio") is not None], 0.85)
     report("prefill >= 1.8x faster than ONNX Runtime",
            [(r["speedup"]["onnxruntime"], _name(r)) for r in prefill
             if r["speedup"].get("onnxruntime") is not None], lambda v: v >= 1.8)
@@ -378,9 +328,6 @@ def check_targets(rows):
     report("interleaved within 10% of split-half (split time / interleaved time, same rounds, >= 0.9)",
            [(r["other_layout_ratio"], _name(r)) for r in rot if r["layout"] == "interleaved"],
            lambda v: v >= 0.9)
-    ceilings("what the instructions allow (split ceiling / interleaved ceiling, prefill)",
-             [(r["ceiling_other_layout_ratio"], _name(r)) for r in rot
-              if r["layout"] == "interleaved" and r.get("ceiling_other_layout_ratio") is not None], 0.9)
     return lines
 
 
