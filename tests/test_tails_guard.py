@@ -68,6 +68,32 @@ def test_every_tail_and_alignment_keeps_guards(isa, layout, dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("layout", ["interleaved", "split_half"])
+def test_common_head_dims_several_heads_keep_guards(isa, layout, dtype, rng):
+    # The kernels have a path of their own for rotary_dim 128 (head_dim 128,
+    # the common case): several heads of a token, every element-aligned byte
+    # offset in 64, in place and into another buffer, both directions.
+    item, heads = dtype.itemsize, 5
+    for head_dim, rotary_dim in [(128, 128), (136, 128), (256, 128), (256, 256), (128, 64)]:
+        rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
+        n = 2 * heads * head_dim
+        for offset in range(0, 64, item):
+            for inverse in (False, True):
+                buf, x = guarded(n, dtype, offset, rng)
+                src = x.copy().reshape(2, heads, head_dim)
+                with pyrope.forced_isa("scalar"):
+                    want = rope.apply(src, POSITIONS, inverse=inverse)
+                v = x.reshape(2, heads, head_dim)
+                rope.apply(v, POSITIONS, out=v, inverse=inverse)
+                assert guards_intact(buf, offset, n * item), (head_dim, rotary_dim, offset)
+                assert same_bits(v, want), (head_dim, rotary_dim, offset, inverse)
+                obuf, out = guarded(n, dtype, (offset + 16) % 64 // item * item, rng)
+                rope.apply(src, POSITIONS, out=out.reshape(2, heads, head_dim), inverse=inverse)
+                assert guards_intact(obuf, (offset + 16) % 64 // item * item, n * item)
+                assert same_bits(out.reshape(2, heads, head_dim), want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_misaligned_offsets_are_handled(isa, dtype, rng):
     # Views at byte offsets that are not a multiple of the element size.
     rope = Rope(20, layout="interleaved", rotary_dim=14)
