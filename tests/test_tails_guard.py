@@ -70,10 +70,12 @@ def test_every_tail_and_alignment_keeps_guards(isa, layout, dtype, rng):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("layout", ["interleaved", "split_half"])
 def test_common_head_dims_several_heads_keep_guards(isa, layout, dtype, rng):
-    # The kernels have a path of their own for rotary_dim 128 (head_dim 128,
-    # the common case): several heads of a token, every element-aligned byte
-    # offset in 64, in place and into another buffer, both directions.
-    item, heads = dtype.itemsize, 5
+    # The kernels have paths of their own for rotary_dim 128 (head_dim 128,
+    # the common case) and, interleaved float32, for a token's heads back to
+    # back when there are 512 pairs or more: nine heads of a token, every
+    # element-aligned byte offset in 64, in place and into another buffer,
+    # both directions.
+    item, heads = dtype.itemsize, 9
     for head_dim, rotary_dim in [(128, 128), (136, 128), (256, 128), (256, 256), (128, 64)]:
         rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
         n = 2 * heads * head_dim
