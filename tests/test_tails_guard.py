@@ -95,6 +95,39 @@ def test_common_head_dims_several_heads_keep_guards(isa, layout, dtype, rng):
                 assert same_bits(out.reshape(2, heads, head_dim), want)
 
 
+def test_random_large_tokens_match_scalar_and_keep_guards(isa, rng):
+    # Random tokens of up to 40 heads (the kernels pick their path by pairs
+    # per token, head stride and alignment), full or partial rotary, any
+    # element-aligned offset, heads back to back or with a gap between them.
+    for _ in range(150):
+        dtype = DTYPES[rng.integers(len(DTYPES))]
+        layout = ("interleaved", "split_half")[rng.integers(2)]
+        head_dim = int(rng.choice([64, 96, 128, 256]))
+        rotary_dim = head_dim if rng.random() < 0.6 else int(rng.integers(1, head_dim // 2 + 1)) * 2
+        heads, gap, seq = int(rng.integers(1, 41)), int(rng.choice([0, 0, 2, 8])), int(rng.integers(1, 4))
+        item = dtype.itemsize
+        offset = int(rng.integers(0, 64 // item)) * item
+        stride = head_dim + gap
+        n = seq * heads * stride
+        buf, flat = guarded(n, dtype, offset, rng)
+        x = np.lib.stride_tricks.as_strided(flat, (seq, heads, head_dim),
+                                            (heads * stride * item, stride * item, item))
+        rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim)
+        positions = rng.integers(-2**31 + 1, 2**31, size=seq)
+        inverse = bool(rng.integers(2))
+        before = flat.copy()
+        with pyrope.forced_isa("scalar"):
+            want = rope.apply(np.array(x), positions, inverse=inverse)
+        rope.apply(x, positions, out=x, inverse=inverse)
+        case = (dtype.name, layout, head_dim, rotary_dim, heads, gap, seq, offset, inverse)
+        assert guards_intact(buf, offset, n * item), case
+        assert same_bits(x, want), case
+        if gap:  # the gaps between heads are not touched either
+            mask = np.ones((seq, heads, stride), bool)
+            mask[:, :, :head_dim] = False
+            assert same_bits(flat.reshape(seq, heads, stride)[mask], before.reshape(seq, heads, stride)[mask]), case
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
 def test_misaligned_offsets_are_handled(isa, dtype, rng):
     # Views at byte offsets that are not a multiple of the element size.
