@@ -158,10 +158,87 @@ static void fuzz_tables(reader *r)
     free(pos); free(w); free(c1); free(s1); free(c2); free(s2);
 }
 
+/* Big tokens, for inputs whose first byte is 0xB1 (no input saved before
+ * this mode starts with it): the shapes for which the kernels take paths of
+ * their own -- rotary_dim 128, a token's heads back to back with 512 pairs
+ * or more, heads with gaps between them -- at every element-aligned
+ * placement, with 1-3 threads. The values come from a generator seeded by
+ * the input (the buffers are larger than inputs). Scalar and best kernel
+ * must agree, and every element outside the rows (before, between heads,
+ * after) must come back unchanged; AddressSanitizer watches the ends. */
+static uint64_t next_bits(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *state >> 16;
+}
+
+static void fuzz_big(reader *r)
+{
+    static const int64_t dims[5] = {64, 96, 128, 136, 256};
+    const int dtype = (int)take_small(r, 0, 3), layout = (int)take_small(r, 0, 1);
+    const int inverse = (int)(take(r, 1) & 1), in_place = (int)(take(r, 1) & 1);
+    const int64_t head_dim = dims[take(r, 1) % 5];
+    const int64_t rotary_dim = take(r, 1) & 1 ? head_dim : 2 * take_small(r, 1, head_dim / 2);
+    const int64_t heads = take_small(r, 1, 40), seq = take_small(r, 1, 3);
+    const int64_t gap = 2 * (int64_t)(take(r, 1) % 4), lead = take_small(r, 0, 31);
+    const int threads = (int)take_small(r, 1, 3), otf = (int)(take(r, 1) & 1);
+    const int64_t offset = (int64_t)(take(r, 4) % 2147483000u);
+    uint64_t state = take(r, 8);
+    const size_t esize = dtype == ROPE_F64 ? 8 : dtype == ROPE_F32 ? 4 : 2;
+    const int64_t stride = head_dim + gap, rows = seq * heads * stride;
+    const size_t bytes = (size_t)(lead + rows + 16) * esize;
+    uint8_t *orig = malloc(bytes), *a = malloc(bytes), *b = malloc(bytes);
+    uint8_t *xa = malloc(bytes), *xb = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        orig[i] = (uint8_t)next_bits(&state);
+    memcpy(a, orig, bytes);
+    memcpy(b, orig, bytes);
+    memcpy(xa, orig, bytes);
+    memcpy(xb, orig, bytes);
+    const int64_t half = rotary_dim / 2;
+    double w[128];
+    for (int64_t i = 0; i < half; i++)
+        w[i] = pow(10000.0, -2.0 * (double)i / (double)rotary_dim);
+    float *cos = malloc(sizeof(float) * (size_t)(seq * half)), *sin = malloc(sizeof(float) * (size_t)(seq * half));
+    if (rope_cos_sin_range_f32(offset, seq, w, half, 1.0, cos, sin) != ROPE_OK)
+        abort();
+    const int isa = rope_get_isa();
+    uint8_t *res[2] = {a, b};
+    uint8_t *src[2] = {xa, xb};
+    for (int k = 0; k < 2; k++) {
+        rope_set_isa(k ? isa : ROPE_ISA_SCALAR);
+        uint8_t *x = (in_place ? res[k] : src[k]) + lead * (int64_t)esize;
+        uint8_t *o = res[k] + lead * (int64_t)esize;
+        const int st = rope_rotate(dtype, layout, inverse, x, o, 1, seq, heads, head_dim, rotary_dim,
+                                   rows, heads * stride, stride, rows, heads * stride, stride,
+                                   NULL, 0, 0, offset, otf ? NULL : cos, otf ? NULL : sin,
+                                   offset, seq, w, 1.0, threads);
+        if (st != ROPE_OK)
+            abort(); /* every argument here is valid */
+    }
+    rope_set_isa(isa);
+    if (!same_values(a, b, (int64_t)(bytes / esize), dtype))
+        abort(); /* scalar and best kernel must agree bit for bit */
+    for (int64_t e = 0; e < (int64_t)(bytes / esize); e++) {
+        const int64_t j = e - lead;
+        const int in_rows = j >= 0 && j < rows && j % stride < rotary_dim;
+        if (!in_rows && memcmp(a + e * (int64_t)esize, orig + e * (int64_t)esize, esize) != 0)
+            abort(); /* nothing outside the rotated coordinates is written */
+    }
+    if (!in_place && (memcmp(xa, orig, bytes) != 0 || memcmp(xb, orig, bytes) != 0))
+        abort(); /* the input of an out-of-place call is left alone */
+    free(orig); free(a); free(b); free(xa); free(xb); free(cos); free(sin);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
-    if (take(&r, 1) % 4 == 0) {
+    const uint64_t first = take(&r, 1);
+    if (first == 0xB1) {
+        fuzz_big(&r);
+        return 0;
+    }
+    if (first % 4 == 0) {
         fuzz_tables(&r);
         return 0;
     }
