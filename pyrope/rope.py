@@ -396,11 +396,16 @@ def _plan(x, seq_axis):
     return plan
 
 
-def _fast_positions(positions, x, seq_axis, n_seq, offset):
+def _fast_positions(window, positions, x, n_seq, offset):
     """(pointer, batch stride, seq stride) of explicit positions the fast path can
     hand to C as they are (int64, C-contiguous, shape [seq] or exactly
-    [*batch, seq]), (NULL, 0, 0) for offset mode, or None for anything else."""
+    [*batch, seq]), (NULL, 0, 0) for offset mode within the cached ``window``,
+    or None for anything else (no window yet, offsets outside it, other arrays)."""
+    if window is None:
+        return None
     if positions is None:
+        if offset < window[0] or offset + n_seq > window[1]:
+            return None
         return ffi.NULL, 0, 0
     if (offset != 0 or positions.dtype != np.int64 or not positions.flags.c_contiguous
             or not positions.flags.aligned or positions.size == 0):
@@ -422,9 +427,7 @@ def _fast_apply(rope, x, positions, offset, seq_axis, out, inverse):
         return None
     code, n_batch, n_seq, n_heads, sb, ss, sh = plan
     w = rope._tables.window
-    if w is None or (positions is None and (offset < w[0] or offset + n_seq > w[1])):
-        return None
-    pos = _fast_positions(positions, x, seq_axis, n_seq, offset)
+    pos = _fast_positions(w, positions, x, n_seq, offset)
     if pos is None:
         return None
     if out is None:
@@ -459,9 +462,7 @@ def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
     code, n_batch, n_seq, qh, qb, qs, qhs = pq
     kh, kb, ks, khs = pk[3:]
     w = rope._tables.window
-    if w is None or (positions is None and (offset < w[0] or offset + n_seq > w[1])):
-        return None
-    pos = _fast_positions(positions, q, seq_axis, n_seq, offset)
+    pos = _fast_positions(w, positions, q, n_seq, offset)
     if pos is None:
         return None
     if in_place:

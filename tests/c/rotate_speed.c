@@ -49,7 +49,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (reps < 1 || reps > MAX_REPS || offset < 0 || offset > 64 || offset % 4) {
-        fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4]\n", MAX_REPS);
+        fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4] [isa]\n", MAX_REPS);
         return 2;
     }
     const int64_t seq = 2048, head_dim = 128, half = 64;
