@@ -19,7 +19,7 @@ int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
     int64_t total;
     if (__builtin_mul_overflow(n_pos, n_freq, &total))
         return ROPE_E_OVERFLOW;
-    if (!(scale - scale == 0.0))  /* NaN or infinite */
+    if (!rope_scale_ok(scale))
         return ROPE_E_VALUE;
     for (int64_t i = 0; i < n_freq; i++)
         if (!(inv_freq[i] >= -ROPE_MAX_INV_FREQ && inv_freq[i] <= ROPE_MAX_INV_FREQ))

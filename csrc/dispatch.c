@@ -1,63 +1,83 @@
-/* Run-time dispatch: which kernels run.
+/* Run-time dispatch: the registry of instruction sets and which one runs.
  *
- * The best instruction set the CPU *and* the OS support is chosen on first
- * use and published atomically; rope_set_isa may force another (the scalar
- * kernel always works). This file holds the only mutable global of the
- * library: the ISA choice.
+ * REGISTRY lists the instruction sets in priority order; each entry (its
+ * own file) says whether the CPU and OS can run it and which scalar kernels
+ * it replaces. The best supported one is chosen on first use and published
+ * atomically; rope_set_isa may force another (the scalar kernels always
+ * work). This file holds the only mutable globals of the library besides
+ * the thread pool: the ISA choice and the kernel tables, built once.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "pyrope.h"
 #include "kernels.h"
 
-#ifdef ROPE_HAVE_X86
-#include <cpuid.h>
-#endif
+/* ---- the registry -------------------------------------------------------- */
 
-/* ---- CPU features ------------------------------------------------------ */
+static const rope_isa *const REGISTRY[] = {
+    &rope_isa_scalar,
+    &rope_isa_avx2,
+};
+#define N_ISA ((int)(sizeof REGISTRY / sizeof REGISTRY[0]))
 
-#ifdef ROPE_HAVE_X86
-static int cpu_has_avx2_fma_f16c(void)
+/* ---- the scalar entry: the specification ------------------------------- */
+
+static int scalar_supported(void) { return 1; }
+
+static void pass_scalar(unsigned char *p, int64_t n, uint32_t mask)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
-    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1;
-    const int avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
-    if (!(fma && osxsave && avx && f16c))
-        return 0;
-    /* The OS must save XMM and YMM state (XCR0 bits 1 and 2). */
-    unsigned xlo, xhi;
-    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
-    (void)xhi;
-    if ((xlo & 6u) != 6u)
-        return 0;
-    if (__get_cpuid_max(0, 0) < 7)
-        return 0;
-    __cpuid_count(7, 0, a, b, c, d);
-    return (b >> 5) & 1; /* AVX2 */
+    for (int64_t i = 0; i < n; i++)
+        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
 }
-#endif
+
+const rope_isa rope_isa_scalar = {"scalar", scalar_supported, NULL};
+
+#define ROPE_SCALAR_ROW_(code, sfx, T, A, name) \
+    [code] = {rope_rot_il_##sfx##_scalar, rope_rot_sh_##sfx##_scalar},
+
+static const rope_kernels SCALAR_KERNELS = {
+    .rot = {ROPE_STORAGE_TYPES(ROPE_SCALAR_ROW_)},
+    .table_f32 = rope_table_f32_scalar,
+    .pass = pass_scalar,
+};
+
+/* ---- kernel tables, built once ------------------------------------------- */
+
+static rope_kernels g_tables[N_ISA];
+static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void)
+{
+    for (int i = 0; i < N_ISA; i++) {
+        g_tables[i] = SCALAR_KERNELS;
+        if (REGISTRY[i]->override)
+            REGISTRY[i]->override(&g_tables[i]);
+    }
+}
+
+/* ---- the choice ---------------------------------------------------------- */
+
+int rope_isa_count(void) { return N_ISA; }
+
+const char *rope_isa_name(int isa)
+{
+    return isa >= 0 && isa < N_ISA ? REGISTRY[isa]->name : NULL;
+}
 
 int rope_isa_supported(int isa)
 {
-    switch (isa) {
-    case ROPE_ISA_SCALAR:
-        return 1;
-#ifdef ROPE_HAVE_X86
-    case ROPE_ISA_AVX2:
-        return cpu_has_avx2_fma_f16c();
-#endif
-    default:
-        return 0;
-    }
+    return isa >= 0 && isa < N_ISA && REGISTRY[isa]->supported();
 }
 
 static _Atomic int g_isa = -1; /* -1: not chosen yet */
 
 static int best_isa(void)
 {
-    return rope_isa_supported(ROPE_ISA_AVX2) ? ROPE_ISA_AVX2 : ROPE_ISA_SCALAR;
+    for (int i = N_ISA - 1; i > 0; i--)
+        if (REGISTRY[i]->supported())
+            return i;
+    return 0;
 }
 
 int rope_get_isa(void)
@@ -79,7 +99,30 @@ int rope_set_isa(int isa)
     return ROPE_OK;
 }
 
-/* ---- status ------------------------------------------------------------ */
+const rope_kernels *rope_active_kernels(void)
+{
+    pthread_once(&g_tables_once, build_tables);
+    return &g_tables[rope_get_isa()];
+}
+
+/* ---- storage types ------------------------------------------------------- */
+
+#define ROPE_DTYPE_NAME_(code, sfx, T, A, name) [code] = name,
+static const char *const DTYPE_NAMES[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_DTYPE_NAME_)};
+
+int rope_dtype_count(void) { return ROPE_N_DTYPES; }
+
+const char *rope_dtype_name(int dtype)
+{
+    return dtype >= 0 && dtype < ROPE_N_DTYPES ? DTYPE_NAMES[dtype] : NULL;
+}
+
+int rope_dtype_size(int dtype)
+{
+    return dtype >= 0 && dtype < ROPE_N_DTYPES ? (int)ROPE_ELEM_SIZE[dtype] : 0;
+}
+
+/* ---- status -------------------------------------------------------------- */
 
 const char *rope_strerror(int status)
 {
@@ -88,46 +131,15 @@ const char *rope_strerror(int status)
     case ROPE_E_NULL: return "a required pointer is NULL";
     case ROPE_E_DIM: return "head_dim and rotary_dim must be even with 0 < rotary_dim <= head_dim";
     case ROPE_E_LAYOUT: return "layout must be interleaved or split_half";
-    case ROPE_E_DTYPE: return "dtype is not supported";
-    case ROPE_E_COUNT: return "a count is negative";
+    case ROPE_E_DTYPE: return "the storage type is not supported";
+    case ROPE_E_COUNT: return "a count is negative or out of range";
     case ROPE_E_POSITION: return "a position lies outside the table or the supported range";
     case ROPE_E_OVERFLOW: return "a size or index computation would overflow";
     case ROPE_E_ISA: return "the instruction set is not supported by this CPU or OS";
-    case ROPE_E_VALUE: return "a numeric argument is not finite or out of range";
+    case ROPE_E_VALUE: return "a frequency or the scale is not finite or out of range";
     case ROPE_E_OVERLAP: return "out starts where x starts but has other strides";
     case ROPE_E_ALIGN: return "a pointer is not aligned to its element type";
+    case ROPE_E_SOURCE: return "the position source or its pair-to-component map is invalid";
     default: return "unknown status";
     }
-}
-
-/* ---- kernels per instruction set ---------------------------------------- */
-
-/* Rotation kernels of one instruction set, as rot[dtype][layout]. */
-#define ROPE_ROT_TABLE(isa)                                          \
-    {                                                                \
-        {rope_rot_il_f32_##isa, rope_rot_sh_f32_##isa},              \
-        {rope_rot_il_f16_##isa, rope_rot_sh_f16_##isa},              \
-        {rope_rot_il_bf16_##isa, rope_rot_sh_bf16_##isa},            \
-        {rope_rot_il_f64_##isa, rope_rot_sh_f64_##isa},              \
-    }
-
-static const rope_kernels KERNELS_SCALAR = {
-    .rot = ROPE_ROT_TABLE(scalar),
-    .table_f32 = rope_table_f32_scalar,
-};
-
-#ifdef ROPE_HAVE_X86
-static const rope_kernels KERNELS_AVX2 = {
-    .rot = ROPE_ROT_TABLE(avx2),
-    .table_f32 = rope_table_f32_avx2,
-};
-#endif
-
-const rope_kernels *rope_active_kernels(void)
-{
-#ifdef ROPE_HAVE_X86
-    if (rope_get_isa() == ROPE_ISA_AVX2)
-        return &KERNELS_AVX2;
-#endif
-    return &KERNELS_SCALAR;
 }

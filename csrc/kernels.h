@@ -1,5 +1,6 @@
 /* Internal: the kernel signatures shared by the scalar specification, the
- * SIMD implementations and the dispatcher. Not part of the public API. */
+ * SIMD implementations and the dispatcher, and the registry of instruction
+ * sets. Not part of the public API. */
 #ifndef PYROPE_KERNELS_H
 #define PYROPE_KERNELS_H
 
@@ -8,68 +9,76 @@
 
 #include "pyrope.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define ROPE_HAVE_X86 1
+#endif
+#if defined(__aarch64__)
+#define ROPE_HAVE_ARM64 1
+#endif
+
 /* Rotate n_heads head vectors of one token, all at the same angles: pairs
  * 0..half-1 of head h at x + h*x_sh go to y + h*y_sh (element strides; y may
  * equal x with y_sh == x_sh). x and y point to the storage type of the
  * kernel (float, uint16_t bits of float16/bfloat16, double); cos/sin hold
  * half float32 entries; inverse rotates by minus the angle. */
-typedef void (*rope_rot_fn)(const void *x, void *y, int64_t x_sh, int64_t y_sh,
-                            int64_t n_heads, const float *cos, const float *sin,
-                            int64_t half, int inverse);
+#define ROPE_ROT_PARAMS                                                        \
+    const void *x, void *y, int64_t x_sh, int64_t y_sh, int64_t n_heads,      \
+        const float *cos, const float *sin, int64_t half, int inverse
+typedef void (*rope_rot_fn)(ROPE_ROT_PARAMS);
 
 /* Table entries for n_pos positions (positions[p], or start + p when
  * positions is NULL) and n_freq frequencies; arguments already checked. */
-typedef void (*rope_table_f32_fn)(const int64_t *positions, int64_t start,
-                                  int64_t n_pos, const double *inv_freq,
-                                  int64_t n_freq, double scale,
-                                  float *cos_out, float *sin_out);
+#define ROPE_TABLE_PARAMS                                                      \
+    const int64_t *positions, int64_t start, int64_t n_pos,                   \
+        const double *inv_freq, int64_t n_freq, double scale,                 \
+        float *cos_out, float *sin_out
+typedef void (*rope_table_f32_fn)(ROPE_TABLE_PARAMS);
 
-/* Scalar kernels: the specification (rotate.c, table.c). Names say layout
- * (il = interleaved, sh = split half), storage type and instruction set. */
-#define ROPE_DECLARE_ROT(isa) \
-    void rope_rot_il_f32_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int); \
-    void rope_rot_sh_f32_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int); \
-    void rope_rot_il_f16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int); \
-    void rope_rot_sh_f16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int); \
-    void rope_rot_il_bf16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                                const float *, const float *, int64_t, int); \
-    void rope_rot_sh_bf16_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                                const float *, const float *, int64_t, int); \
-    void rope_rot_il_f64_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int); \
-    void rope_rot_sh_f64_##isa(const void *, void *, int64_t, int64_t, int64_t, \
-                               const float *, const float *, int64_t, int);
-ROPE_DECLARE_ROT(scalar)
-void rope_table_f32_scalar(const int64_t *positions, int64_t start, int64_t n_pos,
-                           const double *inv_freq, int64_t n_freq, double scale,
-                           float *cos_out, float *sin_out);
+/* The yardstick's pass over bytes p[0..n): XOR with mask (repeated,
+ * little-endian, byte i takes mask byte i mod 4). */
+typedef void (*rope_pass_fn)(unsigned char *p, int64_t n, uint32_t mask);
 
-/* AVX2 + FMA + F16C kernels (rotate_avx2.c, table_avx2.c); only called when the CPU has them. */
-#if defined(__x86_64__) || defined(__i386__)
-#define ROPE_HAVE_X86 1
-ROPE_DECLARE_ROT(avx2)
-void rope_table_f32_avx2(const int64_t *positions, int64_t start, int64_t n_pos,
-                         const double *inv_freq, int64_t n_freq, double scale,
-                         float *cos_out, float *sin_out);
-#endif
-
-/* The kernels one instruction set provides. */
+/* The kernels of one instruction set. */
 typedef struct {
-    rope_rot_fn rot[4][2];        /* indexed by [dtype][layout] */
+    rope_rot_fn rot[ROPE_N_DTYPES][2];  /* [dtype][layout] */
     rope_table_f32_fn table_f32;
+    rope_pass_fn pass;
 } rope_kernels;
+
+/* One entry of the instruction-set registry (dispatch.c). Its kernel table
+ * starts as a copy of the scalar one; override replaces what the set does
+ * better, so an instruction set can land one kernel at a time. */
+typedef struct {
+    const char *name;
+    int (*supported)(void);              /* CPU and OS can run it */
+    void (*override)(rope_kernels *k);   /* NULL: nothing to replace */
+} rope_isa;
+
+/* The registry entries, each defined by its own file on every platform
+ * (supported() is 0 where it cannot run). */
+extern const rope_isa rope_isa_scalar;   /* dispatch.c */
+extern const rope_isa rope_isa_avx2;     /* isa_avx2.c */
 
 /* Kernels of the instruction set chosen now (dispatch.c). */
 const rope_kernels *rope_active_kernels(void);
 
+/* Scalar kernels: the specification (rotate.c, table.c), one rotation
+ * kernel per (layout, storage type): rope_rot_{il,sh}_<suffix>_scalar. */
+#define ROPE_DECLARE_SCALAR_ROT_(code, sfx, T, A, name)                         \
+    void rope_rot_il_##sfx##_scalar(ROPE_ROT_PARAMS);                          \
+    void rope_rot_sh_##sfx##_scalar(ROPE_ROT_PARAMS);
+ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
+void rope_table_f32_scalar(ROPE_TABLE_PARAMS);
+
 /* Shared argument checks (api_table.c). */
-#define ROPE_MAX_INV_FREQ 4.0   /* keeps |m*w| < 2^33: exact reduction range */
 int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
                           double scale, const float *cos_out, const float *sin_out);
+/* Is |scale| within [ROPE_MIN_SCALE, ROPE_MAX_SCALE]? (false for NaN) */
+static inline int rope_scale_ok(double scale)
+{
+    const double a = scale < 0 ? -scale : scale;
+    return a >= ROPE_MIN_SCALE && a <= ROPE_MAX_SCALE;
+}
 /* C forbids dereferencing a misaligned element pointer: callers must pass
  * pointers aligned to their element type (NULL counts as aligned). */
 static inline int rope_aligned(const void *p, size_t align)
@@ -82,8 +91,9 @@ static inline int rope_position_ok(int64_t m)
     return m >= -ROPE_MAX_POSITION && m <= ROPE_MAX_POSITION;
 }
 
-/* Bytes per element of each storage type (indexed by ROPE_F32..ROPE_F64). */
-static const int64_t ROPE_ELEM_SIZE[4] = {4, 2, 2, 8};
+/* Bytes per element of each storage type, from the list. */
+#define ROPE_ELEM_SIZE_(code, sfx, T, A, name) [code] = (int64_t)sizeof(T),
+static const int64_t ROPE_ELEM_SIZE[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_ELEM_SIZE_)};
 
 /* Threads (threads.c). rope_parallel_for runs fn(ctx, begin, end) over
  * n_items on the calling thread plus up to n_threads - 1 pool workers. The

@@ -27,7 +27,6 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define ROPE_MAX_THREADS 64
 /* Smallest share of one call's memory traffic (bytes read + written) worth a
  * thread. Measured on a 2-core Zen 3: a decode step (16x1x32x128 float32,
  * 512 KiB of traffic) takes ~5 us alone, and handing half of it to a worker

@@ -1,19 +1,25 @@
 """cffi builder for the C core (out-of-line API mode).
 
-The cdef is the text of ``csrc/pyrope.h`` with preprocessor lines removed, so
-the header is the one description of the C API. ``setup.py`` names this module
-in ``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place.
+The cdef is ``csrc/pyrope.h`` itself, run through the C preprocessor with
+``ROPE_CDEF`` defined (no system headers; the storage-type list expands to
+its enum), plus the header's numeric ``#define`` constants: the header is
+the one description of the C API. Every ``csrc/*.c`` is compiled, so a new
+kernel file needs no build list. ``setup.py`` names this module in
+``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place.
 """
+import glob
 import os
 import re
+import shlex
+import subprocess
 import sys
+import sysconfig
 
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
-SOURCES = ["api_rotate.c", "api_table.c", "dispatch.c", "rotate.c", "rotate_avx2.c", "table.c", "table_avx2.c",
-           "table_exact.c", "table_f64.c", "threads.c", "yardstick.c"]
+SOURCES = sorted(os.path.relpath(p) for p in glob.glob(os.path.join(CSRC, "*.c")))
 
 # C11, warnings on, no global -march: SIMD comes from function target
 # attributes. -ffp-contract=off keeps the scalar kernel's roundings exactly as
@@ -23,24 +29,32 @@ CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-ffp-contract=off", "-fno-math
 CFLAGS += os.environ.get("PYROPE_CFLAGS", "").split()
 LDFLAGS = (["-pthread"] if sys.platform != "win32" else []) + os.environ.get("PYROPE_LDFLAGS", "").split()
 
+_INT_DEFINE = re.compile(r"^#define\s+(ROPE_\w+)\s+(-?\d+)\s*$", re.M)
+_FLOAT_DEFINE = re.compile(r"^#define\s+(ROPE_\w+)\s+(-?(?:0x[0-9a-fA-F.]+p[-+]?\d+|\d+\.\d*(?:e[-+]?\d+)?))\s*$", re.M)
 
-def _cdef_from_header(path):
+
+def _compiler():
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(cc)[:1]
+
+
+def cdef_from_header(path):
+    """The header preprocessed as cffi wants it, plus its numeric constants."""
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
-    cdef = "\n".join(lines)
-    # Integer #defines are constants the bindings need: keep them as cffi allows.
-    defines = re.findall(r"^#define\s+(ROPE_\w+)\s+(-?\d+)\s*$", open(path).read(), flags=re.M)
-    return cdef + "\n" + "\n".join(f"#define {name} {value}" for name, value in defines)
+        raw = f.read()
+    expanded = subprocess.run(_compiler() + ["-E", "-P", "-DROPE_CDEF", "-x", "c", "-"], input=raw,
+                              capture_output=True, text=True, check=True).stdout
+    ints = [f"#define {name} {value}" for name, value in _INT_DEFINE.findall(raw)]
+    floats = [f"static const double {name};" for name, _ in _FLOAT_DEFINE.findall(raw)]
+    return "\n".join([expanded] + ints + floats)
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(_cdef_from_header(os.path.join(CSRC, "pyrope.h")))
+ffibuilder.cdef(cdef_from_header(os.path.join(CSRC, "pyrope.h")))
 ffibuilder.set_source(
     "pyrope._pyrope_cffi",
     '#include "pyrope.h"',
-    sources=[os.path.relpath(os.path.join(CSRC, s)) for s in SOURCES],
+    sources=SOURCES,
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=CFLAGS,
     extra_link_args=LDFLAGS,

@@ -1,9 +1,12 @@
-"""The thin layer between numpy arrays and the C core.
+"""The binding: the one module that touches the C library.
 
-Everything here takes arguments that ``rope.py`` has already validated and
-turns them into pointers, element strides and counts; C status codes come
-back as exceptions carrying the C side's own message. The C functions check
-their arguments again, so a mistake here gives an exception, not a crash.
+Everything about the C side that Python needs is read from it here, never
+retyped: the storage types, the instruction sets, the limits of
+``pyrope.h``, the status codes. Arrays become C pointers in one place
+(:func:`pointer`); C status codes become exceptions in one place
+(:func:`raise_for_status`). Callers hand in arrays the planner
+(``_plan.py``) has already validated and laid out; C checks them again, so a
+mistake here gives an exception, not a crash.
 """
 import builtins
 import os
@@ -12,57 +15,104 @@ from contextlib import contextmanager
 import numpy as np
 
 from ._pyrope_cffi import ffi, lib
-from .errors import RopeError, TypeError, ValueError
+from .errors import OverflowError, RopeError, TypeError, ValueError
+
+# ---- limits (pyrope.h) -------------------------------------------------------
+
+MAX_POSITION = lib.ROPE_MAX_POSITION      # largest |position|: exact angles up to it
+MAX_INV_FREQ = lib.ROPE_MAX_INV_FREQ      # largest |inv_freq| the kernel accepts
+MIN_SCALE = lib.ROPE_MIN_SCALE            # range of the attention factor
+MAX_SCALE = lib.ROPE_MAX_SCALE
+MAX_OTF_HALF = lib.ROPE_MAX_OTF_HALF      # largest rotary_dim/2 computed on the fly
+MAX_THREADS = lib.ROPE_MAX_THREADS        # most threads one call uses
+MAX_COMPONENTS = lib.ROPE_MAX_COMPONENTS  # most components of a sectioned position
 
 LAYOUTS = {"interleaved": lib.ROPE_INTERLEAVED, "split_half": lib.ROPE_SPLIT_HALF}
+POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,
+                     "sections": lib.ROPE_POS_SECTIONS}
+
+# ---- status codes -> exceptions ----------------------------------------------
+
+# Which exception each C status raises (ValueError for the rest).
+_STATUS_EXCEPTIONS = {lib.ROPE_E_DTYPE: TypeError, lib.ROPE_E_OVERFLOW: OverflowError}
+
+
+def raise_for_status(status, where):
+    """Raise the exception a C status code stands for (no-op for ROPE_OK).
+
+    ``where`` names what the user passed (``"Rope.apply(x)"``, ``"positions"``),
+    never an internal function; the rest of the message is C's own."""
+    if status == lib.ROPE_OK:
+        return
+    message = ffi.string(lib.rope_strerror(status)).decode()
+    raise _STATUS_EXCEPTIONS.get(status, ValueError)(f"{where}: {message}")
+
+
+# ---- storage types (the C list) ------------------------------------------------
 
 try:  # bfloat16 arrays are ml_dtypes arrays; without ml_dtypes the rest still works
     import ml_dtypes as _ml_dtypes
-    BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
 except ImportError:  # pragma: no cover - exercised only without the extra
-    BFLOAT16 = None
+    _ml_dtypes = None
 
-# Storage dtypes the kernel rotates, and their C codes.
-DTYPE_CODES = {np.dtype(np.float32): lib.ROPE_F32, np.dtype(np.float16): lib.ROPE_F16}
-if BFLOAT16 is not None:
-    DTYPE_CODES[BFLOAT16] = lib.ROPE_BF16
-DTYPE_CODES[np.dtype(np.float64)] = lib.ROPE_F64
+
+def _numpy_dtype(name):
+    if name == "bfloat16":
+        return np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else None
+    return np.dtype(name)
+
+
+def _storage_types():
+    codes, missing = {}, []
+    for code in range(lib.rope_dtype_count()):
+        name = ffi.string(lib.rope_dtype_name(code)).decode()
+        dtype = _numpy_dtype(name)
+        if dtype is None:
+            missing.append(name)
+            continue
+        assert dtype.itemsize == lib.rope_dtype_size(code), name
+        codes[dtype] = code
+    return codes, missing
+
+
+DTYPE_CODES, _MISSING_DTYPES = _storage_types()
 ACCEPTED_DTYPES = tuple(DTYPE_CODES)
-ACCEPTED_NAMES = "float32, float16, bfloat16 (ml_dtypes), float64" if BFLOAT16 is not None else \
-    "float32, float16, float64 (bfloat16 needs the ml_dtypes package)"
-ISAS = {"scalar": lib.ROPE_ISA_SCALAR, "avx2": lib.ROPE_ISA_AVX2}
-_ISA_NAMES = {code: name for name, code in ISAS.items()}
+BFLOAT16 = _numpy_dtype("bfloat16")
+ACCEPTED_NAMES = ", ".join(("bfloat16 (ml_dtypes)" if d == BFLOAT16 else d.name) for d in DTYPE_CODES)
+if _MISSING_DTYPES:  # pragma: no cover
+    ACCEPTED_NAMES += f" ({', '.join(_MISSING_DTYPES)} needs the ml_dtypes package)"
 
 
-def check_status(status, what):
-    """Raise the exception that matches a C status code (no-op for ROPE_OK)."""
-    if status == lib.ROPE_OK:
-        return
-    message = f"{what}: {ffi.string(lib.rope_strerror(status)).decode()}"
-    if status == lib.ROPE_E_DTYPE:
-        raise TypeError(message)
-    raise ValueError(message)
+# ---- pointers ----------------------------------------------------------------
+
+def pointer(a, writable=False):
+    """A C ``char *`` to the first element of ndarray ``a``.
+
+    The caller keeps ``a`` referenced for the whole C call. C-contiguous
+    arrays go through the buffer protocol (``writable``: refuse a read-only
+    buffer, a second guard); other views by their address."""
+    if a.flags.c_contiguous:
+        return ffi.from_buffer(a, require_writable=writable)
+    return ffi.cast("char *", a.__array_interface__["data"][0])
 
 
-def pointer(ctype, array):
-    """A C pointer to the first element of ``array`` (which the caller keeps alive)."""
-    return ffi.cast(ctype, array.__array_interface__["data"][0])
+# ---- instruction sets (the C registry) -----------------------------------------
 
+ISAS = tuple(ffi.string(lib.rope_isa_name(i)).decode() for i in range(lib.rope_isa_count()))
 
-# ---- instruction sets ------------------------------------------------------
 
 def supported_isas():
     """Names of the instruction sets this CPU and OS can run, best last."""
-    return [name for name, code in ISAS.items() if lib.rope_isa_supported(code)]
+    return [name for code, name in enumerate(ISAS) if lib.rope_isa_supported(code)]
 
 
 def get_isa():
-    """The instruction set the kernels use now: ``"scalar"`` or ``"avx2"``."""
-    return _ISA_NAMES[lib.rope_get_isa()]
+    """The instruction set the kernels use now, e.g. ``"scalar"`` or ``"avx2"``."""
+    return ISAS[lib.rope_get_isa()]
 
 
 def set_isa(name):
-    """Force an instruction set (``"scalar"``, ``"avx2"``) or ``"auto"`` for the best one.
+    """Force an instruction set (a name of ``supported_isas()``) or ``"auto"`` for the best one.
 
     Raises ``ValueError`` for an unknown name or one this machine cannot run.
     """
@@ -70,7 +120,7 @@ def set_isa(name):
         name = supported_isas()[-1]
     if name not in ISAS:
         raise ValueError(f"isa must be one of 'auto', {', '.join(map(repr, ISAS))}; got {name!r}")
-    if lib.rope_set_isa(ISAS[name]) != lib.ROPE_OK:
+    if lib.rope_set_isa(ISAS.index(name)) != lib.ROPE_OK:
         raise ValueError(f"isa {name!r} is not supported on this CPU/OS (supported: {supported_isas()})")
 
 
@@ -97,77 +147,15 @@ def _isa_from_environment():
 _isa_from_environment()
 
 
-# ---- tables ----------------------------------------------------------------
-
-# Tables of 32 MiB and more: cos and sin share one fresh allocation that
-# starts on a 2 MiB boundary (the x86-64 huge page). numpy asks the kernel for
-# transparent huge pages on large allocations (madvise), but only whole,
-# aligned 2 MiB pages get them; the rest costs one page fault per 4 KiB on
-# first touch, and those faults dominate the time to make a fresh table
-# (measured: a 131072 x 64 pair in 11.3 ms instead of 14.5 ms). Smaller
-# arrays are left to malloc, which may hand back recently freed memory with
-# its pages already in place; from 32 MiB on (glibc's largest dynamic mmap
-# threshold) it always maps fresh pages.
-_HUGE_PAGE = 1 << 21
-_ALIGN_FROM = 1 << 25
-
-
-def empty_tables(n_pos, n_freq, dtype):
-    """Two fresh, uninitialised C-contiguous [n_pos, n_freq] arrays (cos, sin).
-
-    From 32 MiB per table on, they are the two halves of one buffer that
-    starts on a 2 MiB boundary (so the buffer lives as long as either)."""
-    dtype = np.dtype(dtype)
-    nbytes = n_pos * n_freq * dtype.itemsize
-    if nbytes < _ALIGN_FROM:
-        return np.empty((n_pos, n_freq), dtype=dtype), np.empty((n_pos, n_freq), dtype=dtype)
-    raw = np.empty(2 * nbytes + _HUGE_PAGE, dtype=np.uint8)
-    skip = -raw.ctypes.data % _HUGE_PAGE
-    both = raw[skip:skip + 2 * nbytes].view(dtype).reshape(2, n_pos, n_freq)
-    return both[0], both[1]
-
-
-def cos_sin_table(positions, inv_freq, scale, dtype=np.float32):
-    """(cos, sin) of shape [len(positions), len(inv_freq)] for int64 positions,
-    float32 (1 ulp contract, correctly rounded) or float64 (4 ulp contract)."""
-    n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
-    wide = np.dtype(dtype) == np.float64
-    fn, ctype = (lib.rope_cos_sin_f64, "double *") if wide else (lib.rope_cos_sin_f32, "float *")
-    cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
-    status = fn(pointer("int64_t *", positions), n_pos, pointer("double *", inv_freq), n_freq,
-                scale, pointer(ctype, cos), pointer(ctype, sin))
-    check_status(status, "cos_sin")
-    return cos, sin
-
-
-def cos_sin_table_f64(positions, inv_freq, scale):
-    """float64 (cos, sin) for int64 positions (``cos_sin_table(..., np.float64)``)."""
-    return cos_sin_table(positions, inv_freq, scale, np.float64)
-
-
-def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None):
-    """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
-    when given: C-contiguous float32 [n_pos, len(inv_freq)])."""
-    n_freq = inv_freq.shape[0]
-    if cos is None:
-        cos, sin = empty_tables(n_pos, n_freq, np.float32)
-    status = lib.rope_cos_sin_range_f32(
-        start, n_pos, pointer("double *", inv_freq), n_freq, scale,
-        pointer("float *", cos), pointer("float *", sin))
-    check_status(status, "cos_sin")
-    return cos, sin
-
-
-# ---- threads ---------------------------------------------------------------
+# ---- threads -------------------------------------------------------------------
 
 def _default_threads():
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+        return max(1, min(MAX_THREADS, os.cpu_count() or 1))
 
 
-MAX_THREADS = 64
 NUM_THREADS = _default_threads()  # read by every call; set_num_threads changes it
 
 
@@ -200,63 +188,144 @@ def _threads_from_environment():
 _threads_from_environment()
 
 
-# ---- rotation --------------------------------------------------------------
+# ---- tables ----------------------------------------------------------------------
 
-def _table_args(table):
-    if table is None:
-        return ffi.NULL, ffi.NULL, 0, 0
-    cos, sin, table_start = table
-    return pointer("float *", cos), pointer("float *", sin), table_start, cos.shape[0]
+# Tables of 32 MiB and more: cos and sin share one fresh allocation that
+# starts on a 2 MiB boundary (the x86-64 huge page). numpy asks the kernel for
+# transparent huge pages on large allocations (madvise), but only whole,
+# aligned 2 MiB pages get them; the rest costs one page fault per 4 KiB on
+# first touch, and those faults dominate the time to make a fresh table
+# (measured: a 131072 x 64 pair in 11.3 ms instead of 14.5 ms). Smaller
+# arrays are left to malloc, which may hand back recently freed memory with
+# its pages already in place; from 32 MiB on (glibc's largest dynamic mmap
+# threshold) it always maps fresh pages.
+_HUGE_PAGE = 1 << 21
+_ALIGN_FROM = 1 << 25
 
 
-def _position_args(positions):
+def empty_tables(n_pos, n_freq, dtype):
+    """Two fresh, uninitialised C-contiguous [n_pos, n_freq] arrays (cos, sin).
+
+    From 32 MiB per table on, they are the two halves of one buffer that
+    starts on a 2 MiB boundary (so the buffer lives as long as either)."""
+    dtype = np.dtype(dtype)
+    nbytes = n_pos * n_freq * dtype.itemsize
+    if nbytes < _ALIGN_FROM:
+        return np.empty((n_pos, n_freq), dtype=dtype), np.empty((n_pos, n_freq), dtype=dtype)
+    raw = np.empty(2 * nbytes + _HUGE_PAGE, dtype=np.uint8)
+    skip = -raw.ctypes.data % _HUGE_PAGE
+    both = raw[skip:skip + 2 * nbytes].view(dtype).reshape(2, n_pos, n_freq)
+    return both[0], both[1]
+
+
+def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="cos_sin"):
+    """(cos, sin) of shape [len(positions), len(inv_freq)] for C-contiguous int64
+    positions, float32 (correctly rounded) or float64 (4 ulp contract)."""
+    n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
+    wide = np.dtype(dtype) == np.float64
+    fn = lib.rope_cos_sin_f64 if wide else lib.rope_cos_sin_f32
+    cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
+    status = fn(ffi.from_buffer("int64_t[]", positions), n_pos, ffi.from_buffer("double[]", inv_freq),
+                n_freq, scale, ffi.from_buffer(cos, require_writable=True),
+                ffi.from_buffer(sin, require_writable=True))
+    raise_for_status(status, where)
+    return cos, sin
+
+
+def cos_sin_table_f64(positions, inv_freq, scale):
+    """float64 (cos, sin) for int64 positions (``cos_sin_table(..., np.float64)``)."""
+    return cos_sin_table(positions, inv_freq, scale, np.float64)
+
+
+def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="cos_sin"):
+    """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
+    when given: C-contiguous float32 [n_pos, len(inv_freq)])."""
+    n_freq = inv_freq.shape[0]
+    if cos is None:
+        cos, sin = empty_tables(n_pos, n_freq, np.float32)
+    status = lib.rope_cos_sin_range_f32(
+        start, n_pos, ffi.from_buffer("double[]", inv_freq), n_freq, scale,
+        ffi.from_buffer(cos, require_writable=True), ffi.from_buffer(sin, require_writable=True))
+    raise_for_status(status, where)
+    return cos, sin
+
+
+def float_pointers(*arrays):
+    """C ``float *``/``double *`` views of C-contiguous tables or frequency vectors,
+    kept with them by the caller (``TableCache`` windows, a Rope's inv_freq)."""
+    return tuple(ffi.from_buffer(f"{'double' if a.dtype == np.float64 else 'float'}[]", a) for a in arrays)
+
+
+# ---- rotation ----------------------------------------------------------------------
+
+class Call:
+    """The C descriptors of one planned rotation, without its data pointers.
+
+    Built once per plan shape (the planner memoises it), so a repeated call
+    only fills in where its arrays and positions are. ``op`` is shared and
+    never written after construction; ``tensors`` and ``angles`` are
+    templates copied per call, so concurrent calls never share a struct that
+    is being filled."""
+
+    __slots__ = ("op", "tensors", "n_tensors", "pos_strides")
+
+    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors,
+                 pos_strides=(0, 0, 0)):
+        """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
+        self.op = ffi.new("rope_op *", dict(
+            dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
+            n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim))
+        self.tensors = ffi.new("rope_tensor[]", [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors])
+        self.n_tensors = len(tensors)
+        self.pos_strides = pos_strides
+
+    def run(self, buffers, angles, where):
+        """Rotate: ``buffers`` ``[(x, out)]`` ndarrays in the order of the tensors
+        (kept referenced by the caller); ``angles`` from :func:`angles`."""
+        t = ffi.new("rope_tensor[]", self.n_tensors)
+        ffi.memmove(t, self.tensors, ffi.sizeof(t))
+        keep = []
+        for i, (x, out) in enumerate(buffers):
+            px = pointer(x)
+            po = px if out is x else pointer(out, writable=True)
+            keep.append((px, po))
+            t[i].x = px
+            t[i].out = po
+        self.op.n_threads = NUM_THREADS
+        status = lib.rope_rotate(self.op, t, self.n_tensors, angles)
+        raise_for_status(status, where)
+
+
+def angle_template(inv_freq_ptr, scale, table=None):
+    """A ``rope_angles`` holding where angles come from: ``table`` ``(cos_ptr,
+    sin_ptr, first position, rows)`` or None (on the fly from the frequencies)."""
+    a = ffi.new("rope_angles *")
+    a.inv_freq = inv_freq_ptr
+    a.scale = scale
+    if table is not None:
+        a.cos_table, a.sin_table, a.table_start, a.table_rows = table
+    return a
+
+
+def angles(template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
+    """The ``rope_angles`` of one call from a :func:`angle_template`: positions
+    ``offset + s`` (``positions`` None), one int64 position per token
+    (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
+    ``(n_components, pair_component uint8 array)`` components per token. The
+    caller keeps ``positions`` and the map referenced for the call."""
+    a = ffi.new("rope_angles *", template[0])
     if positions is None:
-        return ffi.NULL, 0, 0
-    return (pointer("int64_t *", positions),
-            0 if positions.shape[0] == 1 else positions.strides[0] // 8, positions.strides[1] // 8)
-
-
-def rotate(x, out, layout, inverse, rotary_dim, positions, offset, table, inv_freq, scale):
-    """Rotate 4-D views ``x`` into ``out`` ([batch, seq, heads, head_dim]) of one dtype.
-
-    The last axis of both is contiguous and every stride is a whole number of
-    elements. ``positions`` is None (then ``offset + s``) or an int64 array
-    [batch or 1, seq]; ``table`` is (cos, sin, first_position), or None to
-    compute each token's angles on the fly from ``inv_freq`` and ``scale``.
-    """
-    n_batch, n_seq, n_heads, head_dim = x.shape
-    xs = _element_strides(x)
-    os_ = _element_strides(out)
-    cos_p, sin_p, table_start, table_rows = _table_args(table)
-    p_ptr, p_sb, p_ss = _position_args(positions)
-    status = lib.rope_rotate(
-        DTYPE_CODES[x.dtype], LAYOUTS[layout], 1 if inverse else 0,
-        pointer("void *", x), pointer("void *", out),
-        n_batch, n_seq, n_heads, head_dim, rotary_dim,
-        xs[0], xs[1], xs[2], os_[0], os_[1], os_[2],
-        p_ptr, p_sb, p_ss, offset,
-        cos_p, sin_p, table_start, table_rows,
-        pointer("double *", inv_freq), scale, NUM_THREADS)
-    check_status(status, "apply")
-
-
-def rotate_qk(q, q_out, k, k_out, layout, inverse, rotary_dim, positions, offset, table,
-              inv_freq, scale):
-    """Rotate 4-D views q and k (same batch, seq, dtype) in one pass; see :func:`rotate`."""
-    n_batch, n_seq, q_heads, head_dim = q.shape
-    k_heads = k.shape[2]
-    qs, qo, ks, ko = (_element_strides(a) for a in (q, q_out, k, k_out))
-    cos_p, sin_p, table_start, table_rows = _table_args(table)
-    p_ptr, p_sb, p_ss = _position_args(positions)
-    status = lib.rope_rotate_qk(
-        DTYPE_CODES[q.dtype], LAYOUTS[layout], 1 if inverse else 0,
-        pointer("void *", q), pointer("void *", q_out), q_heads, *qs, *qo,
-        pointer("void *", k), pointer("void *", k_out), k_heads, *ks, *ko,
-        n_batch, n_seq, head_dim, rotary_dim,
-        p_ptr, p_sb, p_ss, offset,
-        cos_p, sin_p, table_start, table_rows,
-        pointer("double *", inv_freq), scale, NUM_THREADS)
-    check_status(status, "apply_qk")
+        a.offset = offset
+        return a
+    a.positions = ffi.from_buffer("int64_t[]", positions)
+    a.strides = strides
+    if sections is None:
+        a.source = lib.ROPE_POS_LIST
+    else:
+        a.source = lib.ROPE_POS_SECTIONS
+        a.n_components, pair_component = sections
+        a.pair_component = ffi.from_buffer("uint8_t[]", pair_component)
+    return a
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):
@@ -265,20 +334,6 @@ def bandwidth_pass(a, xor_mask=0, n_threads=None):
     if not a.flags.c_contiguous or not a.flags.writeable:
         raise ValueError(f"a must be a writeable C-contiguous array, got c_contiguous="
                          f"{a.flags.c_contiguous}, writeable={a.flags.writeable}")
-    status = lib.rope_bandwidth_pass(pointer("void *", a), a.nbytes, xor_mask,
+    status = lib.rope_bandwidth_pass(ffi.from_buffer(a, require_writable=True), a.nbytes, xor_mask,
                                      NUM_THREADS if n_threads is None else n_threads)
-    check_status(status, "bandwidth_pass")
-
-
-def kernel_friendly(a):
-    """Can the kernel address ``a`` directly? Contiguous last axis, and data
-    aligned to the element size (C forbids misaligned float pointers; such
-    views, e.g. a byte-offset buffer, go through an aligned copy)."""
-    item = a.itemsize
-    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
-
-
-def _element_strides(a):
-    """Strides in elements of the first three axes; 0 for axes of length 1."""
-    item = a.itemsize
-    return tuple(0 if n == 1 else s // item for n, s in zip(a.shape[:3], a.strides[:3]))
+    raise_for_status(status, "bandwidth_pass")

@@ -1,0 +1,75 @@
+/* The AVX2 entry of the instruction-set registry: AVX2 + FMA + F16C with OS
+ * support for YMM state. Its kernels live in rotate_avx2_*.c and
+ * table_avx2.c; this file detects the CPU, names the kernels it replaces
+ * and holds the yardstick's 256-bit pass. */
+#include "kernels.h"
+
+#ifdef ROPE_HAVE_X86
+#include <cpuid.h>
+#include <immintrin.h>
+
+/* The rotation and table kernels (bit-identical to the scalar ones). */
+#define ROPE_DECLARE_AVX2_ROT_(code, sfx, T, A, name)                          \
+    void rope_rot_il_##sfx##_avx2(ROPE_ROT_PARAMS);                            \
+    void rope_rot_sh_##sfx##_avx2(ROPE_ROT_PARAMS);
+ROPE_STORAGE_TYPES(ROPE_DECLARE_AVX2_ROT_)
+void rope_table_f32_avx2(ROPE_TABLE_PARAMS);
+
+static int avx2_supported(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1;
+    const int avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!(fma && osxsave && avx && f16c))
+        return 0;
+    /* The OS must save XMM and YMM state (XCR0 bits 1 and 2). */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    if ((xlo & 6u) != 6u)
+        return 0;
+    if (__get_cpuid_max(0, 0) < 7)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1; /* AVX2 */
+}
+
+/* The yardstick: 128 bytes per step, four 32-byte loads then four stores. */
+__attribute__((target("avx2"))) static void pass_avx2(unsigned char *p, int64_t n, uint32_t mask)
+{
+    const __m256i m = _mm256_set1_epi32((int)mask);
+    int64_t i = 0;
+    for (; i + 128 <= n; i += 128) {
+        __m256i *v = (__m256i *)(p + i);
+        const __m256i a = _mm256_loadu_si256(v), b = _mm256_loadu_si256(v + 1);
+        const __m256i c = _mm256_loadu_si256(v + 2), d = _mm256_loadu_si256(v + 3);
+        _mm256_storeu_si256(v, _mm256_xor_si256(a, m));
+        _mm256_storeu_si256(v + 1, _mm256_xor_si256(b, m));
+        _mm256_storeu_si256(v + 2, _mm256_xor_si256(c, m));
+        _mm256_storeu_si256(v + 3, _mm256_xor_si256(d, m));
+    }
+    for (; i < n; i++)
+        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
+}
+
+#define ROPE_AVX2_ROW_(code, sfx, T, A, name)                                  \
+    k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_avx2;                 \
+    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_avx2;
+
+static void avx2_override(rope_kernels *k)
+{
+    ROPE_STORAGE_TYPES(ROPE_AVX2_ROW_)
+    k->table_f32 = rope_table_f32_avx2;
+    k->pass = pass_avx2;
+}
+
+const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, avx2_override};
+
+#else
+
+static int avx2_supported(void) { return 0; }
+const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, NULL};
+
+#endif

@@ -1,0 +1,217 @@
+"""The planner: arrays, outputs and positions -> what one kernel call needs.
+
+The kernel sees every tensor as ``[batch][seq][heads][head_dim]`` with
+element strides on the first three axes and a contiguous, aligned last axis.
+The planner turns what the user passed into such views without copying where
+it can (``seq_axis=-2`` swaps two axes, batch dimensions merge when their
+strides nest) and into a *copy plan* where it cannot (a copy of a source, a
+rotation into a temporary written back afterwards). It also decides what
+overlapping arguments mean: results are as if nothing overlapped, or a
+``ValueError`` names the two arguments. No C here: ``_kernel`` runs plans.
+
+Plans of contiguous arrays are memoised by shape (:func:`direct_call`), so a
+repeated decode call costs a dict lookup, not a plan.
+"""
+import numpy as np
+
+from . import _kernel
+from ._checks import as_positions
+from .errors import ValueError
+
+
+# ---- views ---------------------------------------------------------------------
+
+def token_view(a, seq_axis):
+    """``a`` as ``[*batch, seq, heads, head_dim]`` (a view)."""
+    return a if seq_axis == -3 else np.swapaxes(a, -3, -2)
+
+
+def kernel_friendly(a):
+    """Can the kernel address ``a`` directly? Contiguous last axis, and data
+    aligned to the element size (C forbids misaligned float pointers; such
+    views, e.g. a byte-offset buffer, go through an aligned copy)."""
+    item = a.itemsize
+    return a.strides[-1] == item and a.flags.aligned and all(s % item == 0 for s in a.strides)
+
+
+def as_4d(a):
+    """View ``[*batch, seq, heads, dim]`` as ``[B, seq, heads, dim]`` without
+    copying, or None when the batch strides do not nest."""
+    if a.ndim == 4:
+        return a
+    if a.ndim == 3:
+        return a[None]
+    batch = a.shape[:-3]
+    n = int(np.prod(batch, dtype=np.int64))
+    dims = [(size, stride) for size, stride in zip(batch, a.strides[:-3]) if size != 1]
+    for (_, stride_outer), (size_inner, stride_inner) in zip(dims, dims[1:]):
+        if stride_outer != stride_inner * size_inner:
+            return None
+    stride = dims[-1][1] if dims else 0
+    return np.lib.stride_tricks.as_strided(a, (n,) + a.shape[-3:], (stride,) + a.strides[-3:],
+                                           writeable=a.flags.writeable)
+
+
+def element_strides(a4):
+    """Strides in elements of the first three axes of a 4-D view; 0 for axes of length 1."""
+    item = a4.itemsize
+    return tuple(0 if n == 1 else s // item for n, s in zip(a4.shape[:3], a4.strides[:3]))
+
+
+# ---- overlap -------------------------------------------------------------------
+
+def same_memory(a, b):
+    """Is ``b`` exactly ``a``'s memory: same first element, strides and shape?"""
+    return a is b or (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+                      and a.strides == b.strides and a.shape == b.shape)
+
+
+def overlap(a, b):
+    """Do ``a`` and ``b`` share a byte?"""
+    return np.may_share_memory(a, b) and np.shares_memory(a, b)
+
+
+_ENUMERATE_LIMIT = 1 << 24
+
+
+def self_overlapping(a):
+    """Do two elements of ``a`` share a byte (zero or tangled strides)?
+
+    Axes sorted by stride must each step past everything the smaller ones
+    reach; views that fail that test are decided by listing their elements."""
+    extent = a.itemsize
+    for stride, n in sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1):
+        if stride < extent:
+            break
+        extent += stride * (n - 1)
+    else:
+        return False
+    if a.size > _ENUMERATE_LIMIT:
+        return True  # cannot be shown apart: treated as overlapping
+    offsets = np.zeros(1, dtype=np.int64)
+    for n, s in zip(a.shape, a.strides):
+        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * s).reshape(-1)
+    offsets.sort()
+    return bool(np.any(np.diff(offsets) < a.itemsize))
+
+
+def resolve_overlaps(items):
+    """Decide what overlapping arguments mean, before anything is written.
+
+    ``items``: ``[(name, x, out, out_name)]`` with ``out`` None (a fresh
+    result) or a validated array of x's shape and dtype (``out is x``: in
+    place). Refused, with a ``ValueError`` naming both arguments: the same
+    array as two inputs, two outputs that overlap, an output whose elements
+    overlap each other. Handled as if nothing overlapped: an input that an
+    output (other than its own in-place self) overlaps is read from a copy.
+    Returns the sources to read, one per item."""
+    for i, (name, x, _, _) in enumerate(items):
+        for other, y, _, _ in items[i + 1:]:
+            if same_memory(x, y):
+                raise ValueError(f"{name} and {other} must be different arrays, got the same memory twice "
+                                 f"(pass each tensor once)")
+    written = [(out_name, out) for _, _, out, out_name in items if out is not None]
+    for i, (name, out) in enumerate(written):
+        if self_overlapping(out):
+            raise ValueError(f"{name} has elements that overlap each other (a zero or overlapping stride), "
+                             f"so it cannot hold a result; pass a plain array")
+        for other, out2 in written[i + 1:]:
+            if overlap(out, out2):
+                raise ValueError(f"{name} and {other} overlap: one result would overwrite the other")
+    sources = []
+    for name, x, out, _ in items:
+        own_in_place = out is not None and same_memory(x, out)
+        clobbered = any(overlap(w, x) for _, w in written if not (own_in_place and w is out))
+        sources.append(x.copy() if clobbered else x)
+    return sources
+
+
+# ---- positions ---------------------------------------------------------------------
+
+def positions_2d(positions, batch_shape, n_seq):
+    """Positions as a C-contiguous, aligned int64 ``[B or 1, seq]`` array."""
+    pos = as_positions("positions", positions)
+    if pos.ndim == 0 or pos.shape[-1] != n_seq:
+        raise ValueError(f"positions must have shape [seq] or [*batch, seq] with seq={n_seq}, got {pos.shape}")
+    if pos.ndim == 1:
+        return np.require(pos.reshape(1, n_seq), np.int64, ("C", "A"))
+    try:
+        full = np.broadcast_to(pos, tuple(batch_shape) + (n_seq,))
+    except Exception:
+        raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
+                         f"and seq {n_seq}") from None
+    return np.require(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq), np.int64, ("C", "A"))
+
+
+def position_strides(pos2d):
+    """(batch, seq, component) element strides of a positions_2d array."""
+    return (0 if pos2d.shape[0] == 1 else pos2d.shape[1], 1, 0)
+
+
+# ---- the plan ----------------------------------------------------------------------
+
+class Plan:
+    """What one C call needs: kernel views, the descriptors, and the copies.
+
+    ``buffers``: ``[(x4, out4)]`` 4-D kernel views (``out4 is x4``: in place);
+    ``write_back``: ``[(dst, tmp)]`` to copy after the call; ``outputs``: what
+    the caller returns; ``call``: the ``_kernel.Call``."""
+
+    __slots__ = ("buffers", "write_back", "outputs", "call", "batch_shape", "n_seq")
+
+
+def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
+    """Plan the rotation of validated ``items`` ``[(name, x, out, out_name)]``
+    (arrays of one dtype sharing batch and sequence dims; see
+    :func:`resolve_overlaps`) at the same positions."""
+    sources = resolve_overlaps(items)
+    plan = Plan()
+    plan.buffers, plan.write_back, plan.outputs = [], [], []
+    for (name, x, out, _), src in zip(items, sources):
+        result = out if out is not None else np.empty_like(x)
+        in_place = out is not None and src is x and same_memory(x, out)
+        s_tok, d_tok = token_view(src, seq_axis), token_view(result, seq_axis)
+        s4 = as_4d(s_tok) if kernel_friendly(s_tok) else None
+        d4 = s4 if in_place else (as_4d(d_tok) if kernel_friendly(d_tok) else None)
+        if d4 is None:
+            # The result cannot be addressed: rotate a contiguous copy in place
+            # and write it back (one numpy copy, on this thread).
+            tmp = np.array(s_tok, order="C")
+            s4 = d4 = as_4d(tmp)
+            plan.write_back.append((d_tok, tmp))
+        elif s4 is None:
+            s4 = as_4d(np.array(s_tok, order="C"))
+        plan.buffers.append((s4, d4))
+        plan.outputs.append(result)
+    first = plan.buffers[0][0]
+    plan.batch_shape = token_view(items[0][1], seq_axis).shape[:-3]
+    plan.n_seq = first.shape[1]
+    plan.call = _kernel.Call(first.dtype, layout, inverse, first.shape[0], first.shape[1], first.shape[3],
+                             rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
+                                          for s, d in plan.buffers])
+    return plan
+
+
+# ---- the memo: repeated calls on C-contiguous arrays ---------------------------------
+
+_CALLS = {}
+_MAX_CALLS = 512
+
+
+def direct_call(arrays, seq_axis, layout, inverse, rotary_dim):
+    """The ``_kernel.Call`` for C-contiguous ``arrays`` (one per tensor, each
+    rotated in place or into a fresh C-contiguous array of its shape), planned
+    by the same view code as :func:`plan_rotation` the first time their
+    shapes and dtype are seen, then a dict lookup."""
+    first = arrays[0]
+    key = (tuple(a.shape for a in arrays), first.dtype, seq_axis, layout, inverse, rotary_dim)
+    call = _CALLS.get(key)
+    if call is None:
+        views = [as_4d(token_view(a, seq_axis)) for a in arrays]
+        v = views[0]
+        call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim,
+                            [(w.shape[2], element_strides(w), element_strides(w)) for w in views])
+        if len(_CALLS) >= _MAX_CALLS:
+            _CALLS.clear()
+        _CALLS[key] = call
+    return call
