@@ -33,6 +33,8 @@ POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,
 
 # ---- status codes -> exceptions ----------------------------------------------
 
+POSITION_MISS = lib.ROPE_E_POSITION  # a position outside the rows given: nothing written
+
 # Which exception each C status raises (ValueError for the rest).
 _STATUS_EXCEPTIONS = {lib.ROPE_E_DTYPE: TypeError, lib.ROPE_E_OVERFLOW: OverflowError}
 
@@ -85,15 +87,16 @@ if _MISSING_DTYPES:  # pragma: no cover
 
 # ---- pointers ----------------------------------------------------------------
 
-def pointer(a, writable=False):
-    """A C ``char *`` to the first element of ndarray ``a``.
+def pointer(a, writable=False, ctype="char"):
+    """A C ``ctype *`` to the first element of ndarray ``a``: the one way
+    arrays become pointers.
 
     The caller keeps ``a`` referenced for the whole C call. C-contiguous
     arrays go through the buffer protocol (``writable``: refuse a read-only
     buffer, a second guard); other views by their address."""
     if a.flags.c_contiguous:
-        return ffi.from_buffer(a, require_writable=writable)
-    return ffi.cast("char *", a.__array_interface__["data"][0])
+        return ffi.from_buffer(ctype + "[]", a, require_writable=writable)
+    return ffi.cast(ctype + " *", a.__array_interface__["data"][0])
 
 
 # ---- instruction sets (the C registry) -----------------------------------------
@@ -225,9 +228,9 @@ def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="cos_sin")
     wide = np.dtype(dtype) == np.float64
     fn = lib.rope_cos_sin_f64 if wide else lib.rope_cos_sin_f32
     cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
-    status = fn(ffi.from_buffer("int64_t[]", positions), n_pos, ffi.from_buffer("double[]", inv_freq),
-                n_freq, scale, ffi.from_buffer(cos, require_writable=True),
-                ffi.from_buffer(sin, require_writable=True))
+    ctype = "double" if wide else "float"
+    status = fn(pointer(positions, ctype="int64_t"), n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
+                pointer(cos, True, ctype), pointer(sin, True, ctype))
     raise_for_status(status, where)
     return cos, sin
 
@@ -244,8 +247,8 @@ def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="cos_
     if cos is None:
         cos, sin = empty_tables(n_pos, n_freq, np.float32)
     status = lib.rope_cos_sin_range_f32(
-        start, n_pos, ffi.from_buffer("double[]", inv_freq), n_freq, scale,
-        ffi.from_buffer(cos, require_writable=True), ffi.from_buffer(sin, require_writable=True))
+        start, n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
+        pointer(cos, True, "float"), pointer(sin, True, "float"))
     raise_for_status(status, where)
     return cos, sin
 
@@ -253,7 +256,7 @@ def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="cos_
 def float_pointers(*arrays):
     """C ``float *``/``double *`` views of C-contiguous tables or frequency vectors,
     kept with them by the caller (``TableCache`` windows, a Rope's inv_freq)."""
-    return tuple(ffi.from_buffer(f"{'double' if a.dtype == np.float64 else 'float'}[]", a) for a in arrays)
+    return tuple(pointer(a, ctype="double" if a.dtype == np.float64 else "float") for a in arrays)
 
 
 # ---- rotation ----------------------------------------------------------------------
@@ -262,38 +265,36 @@ class Call:
     """The C descriptors of one planned rotation, without its data pointers.
 
     Built once per plan shape (the planner memoises it), so a repeated call
-    only fills in where its arrays and positions are. ``op`` is shared and
-    never written after construction; ``tensors`` and ``angles`` are
-    templates copied per call, so concurrent calls never share a struct that
-    is being filled."""
+    only fills in where its arrays and positions are. Structs shared between
+    calls are never written after they are made (one ``rope_op`` per thread
+    count); ``tensors`` is a template copied per call, so concurrent calls
+    never share a struct that is being filled."""
 
-    __slots__ = ("op", "tensors", "n_tensors", "pos_strides")
+    __slots__ = ("_fields", "_ops", "tensors", "n_tensors", "n_batch", "n_seq")
 
-    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors,
-                 pos_strides=(0, 0, 0)):
+    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
-        self.op = ffi.new("rope_op *", dict(
-            dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
-            n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim))
+        self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
+                            n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
+        self._ops = {}
         self.tensors = ffi.new("rope_tensor[]", [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors])
         self.n_tensors = len(tensors)
-        self.pos_strides = pos_strides
+        self.n_batch, self.n_seq = n_batch, n_seq
 
-    def run(self, buffers, angles, where):
-        """Rotate: ``buffers`` ``[(x, out)]`` ndarrays in the order of the tensors
-        (kept referenced by the caller); ``angles`` from :func:`angles`."""
+    def run(self, buffers, angles):
+        """Rotate ``buffers`` ``[(x, out)]`` (ndarrays in the order of the tensors,
+        kept referenced by the caller) at ``angles`` (from :func:`angles`).
+        Returns the C status (see :func:`raise_for_status`)."""
+        op = self._ops.get(NUM_THREADS)
+        if op is None:
+            op = self._ops[NUM_THREADS] = ffi.new("rope_op *", dict(self._fields, n_threads=NUM_THREADS))
         t = ffi.new("rope_tensor[]", self.n_tensors)
         ffi.memmove(t, self.tensors, ffi.sizeof(t))
-        keep = []
         for i, (x, out) in enumerate(buffers):
             px = pointer(x)
-            po = px if out is x else pointer(out, writable=True)
-            keep.append((px, po))
             t[i].x = px
-            t[i].out = po
-        self.op.n_threads = NUM_THREADS
-        status = lib.rope_rotate(self.op, t, self.n_tensors, angles)
-        raise_for_status(status, where)
+            t[i].out = px if out is x else pointer(out, writable=True)
+        return lib.rope_rotate(op, t, self.n_tensors, angles)
 
 
 def angle_template(inv_freq_ptr, scale, table=None):
@@ -317,14 +318,14 @@ def angles(template, positions=None, offset=0, strides=(0, 0, 0), sections=None)
     if positions is None:
         a.offset = offset
         return a
-    a.positions = ffi.from_buffer("int64_t[]", positions)
+    a.positions = pointer(positions, ctype="int64_t")
     a.strides = strides
     if sections is None:
         a.source = lib.ROPE_POS_LIST
     else:
         a.source = lib.ROPE_POS_SECTIONS
         a.n_components, pair_component = sections
-        a.pair_component = ffi.from_buffer("uint8_t[]", pair_component)
+        a.pair_component = pointer(pair_component, ctype="uint8_t")
     return a
 
 
@@ -334,6 +335,6 @@ def bandwidth_pass(a, xor_mask=0, n_threads=None):
     if not a.flags.c_contiguous or not a.flags.writeable:
         raise ValueError(f"a must be a writeable C-contiguous array, got c_contiguous="
                          f"{a.flags.c_contiguous}, writeable={a.flags.writeable}")
-    status = lib.rope_bandwidth_pass(ffi.from_buffer(a, require_writable=True), a.nbytes, xor_mask,
+    status = lib.rope_bandwidth_pass(pointer(a, writable=True), a.nbytes, xor_mask,
                                      NUM_THREADS if n_threads is None else n_threads)
     raise_for_status(status, "bandwidth_pass")

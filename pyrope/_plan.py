@@ -159,6 +159,17 @@ class Plan:
 
     __slots__ = ("buffers", "write_back", "outputs", "call", "batch_shape", "n_seq")
 
+    def run(self, template, positions, offset, where, sections=None):
+        """Rotate with the angles of ``template`` (``_kernel.angle_template``) at
+        ``positions`` (a :func:`positions_2d` array, or None for ``offset + s``),
+        then write back what was rotated in a temporary. Returns the outputs."""
+        strides = (0, 0, 0) if positions is None else position_strides(positions)
+        angles = _kernel.angles(template, positions, offset, strides, sections)
+        _kernel.raise_for_status(self.call.run(self.buffers, angles), where)
+        for dst, tmp in self.write_back:
+            dst[...] = tmp
+        return self.outputs
+
 
 def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     """Plan the rotation of validated ``items`` ``[(name, x, out, out_name)]``

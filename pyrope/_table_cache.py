@@ -16,11 +16,15 @@ them with one attribute store. A caller keeps its window tuple for the whole
 C call, so a concurrent replacement cannot free rows in use.
 """
 import threading
+from collections import namedtuple
 
 import numpy as np
 
 from . import _kernel
 from ._checks import MAX_POSITION
+
+Window = namedtuple("Window", "start stop cos sin angles")
+Window.__doc__ = """Rows for positions ``[start, stop)``, and the ``rope_angles`` template reading them."""
 
 MAX_TABLE_BYTES = 32 << 20   # per Rope: cos + sin rows
 MIN_ROWS = 64                # smallest window built
@@ -29,7 +33,7 @@ MIN_ROWS = 64                # smallest window built
 class TableCache:
     """Cached float32 cos/sin rows for a window ``[start, stop)`` of positions."""
 
-    __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "inv_freq_ptr")
+    __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "_inv_freq_ptr", "on_the_fly")
 
     def __init__(self, inv_freq, scale):
         self._inv_freq = inv_freq
@@ -37,24 +41,31 @@ class TableCache:
         self._lock = threading.Lock()
         half = max(int(inv_freq.shape[0]), 1)
         self.max_rows = max(MAX_TABLE_BYTES // (8 * half), MIN_ROWS)
-        self.window = None  # (start, stop, cos, sin, cos_ptr, sin_ptr): replaced, never mutated
-        self.inv_freq_ptr = _kernel.ffi.from_buffer("double[]", inv_freq)
+        self.window = None  # a Window: replaced, never mutated
+        (self._inv_freq_ptr,) = _kernel.float_pointers(inv_freq)
+        self.on_the_fly = _kernel.angle_template(self._inv_freq_ptr, scale)  # no rows: made per token
+
+    def angles_over(self, cos, sin, start):
+        """A ``rope_angles`` template reading rows ``cos``/``sin`` (C-contiguous
+        float32, kept alive by the caller) for positions from ``start`` on."""
+        cos_ptr, sin_ptr = _kernel.float_pointers(cos, sin)
+        return _kernel.angle_template(self._inv_freq_ptr, self._scale, (cos_ptr, sin_ptr, start, cos.shape[0]))
 
     def __reduce__(self):
         """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
         return (TableCache, (self._inv_freq, self._scale))
 
     def lookup(self, lo, hi):
-        """A window ``(start, stop, cos, sin, cos_ptr, sin_ptr)`` covering positions ``lo..hi-1``,
-        or None when that span is wider than the bound."""
+        """A ``Window`` covering positions ``lo..hi-1``, or None when that span
+        is wider than the bound."""
         w = self.window
-        if w is not None and w[0] <= lo and hi <= w[1]:
+        if w is not None and w.start <= lo and hi <= w.stop:
             return w
         if hi - lo > self.max_rows:
             return None
         with self._lock:
             w = self.window
-            if w is not None and w[0] <= lo and hi <= w[1]:
+            if w is not None and w.start <= lo and hi <= w.stop:
                 return w
             self.window = w = self._grown(w, lo, hi)
             return w
@@ -92,5 +103,4 @@ class TableCache:
                                       cos[a - start:b - start], sin[a - start:b - start])
         cos.flags.writeable = False
         sin.flags.writeable = False
-        ffi = _kernel.ffi
-        return (start, stop, cos, sin, ffi.from_buffer("float[]", cos), ffi.from_buffer("float[]", sin))
+        return Window(start, stop, cos, sin, self.angles_over(cos, sin, start))

@@ -10,7 +10,7 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
 """
 import numpy as np
 
-from . import _kernel
+from . import _kernel, _plan
 from ._checks import as_float_array, as_int
 from .errors import TypeError, ValueError
 
@@ -98,10 +98,12 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
     out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
     if out.size == 0:
         return out
-    src = tok if _kernel.kernel_friendly(tok) else np.require(tok, requirements=("C", "A"))
-    rows = np.ascontiguousarray(rows)
-    _kernel.rotate(src, out_tok, "interleaved" if interleaved else "split_half", False, rot, rows, 0,
-                   (cos_t, sin_t, 0), _DUMMY_FREQ, 1.0)
+    plan = _plan.plan_rotation([("input", tok, out_tok, "output")], -3,
+                               "interleaved" if interleaved else "split_half", False, rot)
+    cos_ptr, sin_ptr = _kernel.float_pointers(cos_t, sin_t)
+    (freq_ptr,) = _kernel.float_pointers(_DUMMY_FREQ)
+    template = _kernel.angle_template(freq_ptr, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
+    plan.run(template, np.require(rows, np.int64, ("C", "A")), 0, "onnx_rotary_embedding")
     return out
 
 

@@ -7,14 +7,13 @@ import builtins
 
 import numpy as np
 
-from . import _kernel
+from . import _kernel, _plan
 from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
 from .config import rope_arguments_from_hf_config
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract
 from .errors import TypeError, ValueError
-from ._kernel import DTYPE_CODES, ffi, lib
 from ._table_cache import TableCache
 from .scaling import resolve
 
@@ -144,49 +143,52 @@ class Rope:
         (docs/ACCURACY.md). No duplicated halves: layouts share tables.
         """
         pos = as_positions("positions", positions)
-        flat = np.ascontiguousarray(pos.reshape(-1))
+        flat = np.require(pos.reshape(-1), np.int64, ("C", "A"))
         try:
             kind = None if dtype is None else np.dtype(dtype)
         except builtins.TypeError:
             kind = None
         if kind != np.float32 and kind != np.float64:
             raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind)
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
+                                         where="Rope.cos_sin(positions)")
         shape = pos.shape + (self._rotary_dim // 2,)
         return cos.reshape(shape), sin.reshape(shape)
 
-    def _table_for(self, positions, offset, n_seq, angles="auto"):
-        """Angles for one call: ``(table, c_positions)`` where ``table`` is
-        ``(cos, sin, first position)`` or None (C computes each token's row on
-        the fly) and ``c_positions`` the positions to hand to C.
+    def _angles_for(self, positions, offset, n_seq, angles="auto"):
+        """Angles for one call: ``(template, c_positions, keep)``: a
+        ``rope_angles`` template (cached rows, rows built for this call, or on
+        the fly), the positions to hand to C (None: ``offset + s``), and the
+        arrays the template points into.
 
         ``auto`` and ``table`` use the Rope's cached rows when the positions
         span at most the cache bound; wider spans are computed on the fly
         (``auto``, when rotary_dim/2 fits the kernel's on-the-fly row) or get
         rows built for this call only."""
-        otf_ok = self._rotary_dim // 2 <= lib.ROPE_MAX_OTF_HALF
+        otf_ok = self._rotary_dim // 2 <= _kernel.MAX_OTF_HALF
         if angles == "on_the_fly":
             if not otf_ok:
-                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * lib.ROPE_MAX_OTF_HALF}, "
+                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _kernel.MAX_OTF_HALF}, "
                                  f"got rotary_dim={self._rotary_dim}; use angles='auto' or 'table'")
-            return None, positions
+            return self._tables.on_the_fly, positions, None
         if positions is None:
             lo, hi = offset, offset + n_seq
         else:
             lo, hi = int(positions.min()), int(positions.max()) + 1
         window = self._tables.lookup(lo, hi)
         if window is not None:
-            return (window[2], window[3], window[0]), positions
+            return window.angles, positions, window
         if angles == "auto" and otf_ok:
-            return None, positions
+            return self._tables.on_the_fly, positions, None
         if positions is None:
-            cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor)
-            return (cos, sin, offset), None
+            cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
+                                             where="offset")
+            return self._tables.angles_over(cos, sin, offset), None, (cos, sin)
         # Sparse positions (packed sequences far apart): one row per token.
         flat = np.ascontiguousarray(positions.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor)
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, where="positions")
         rows = np.arange(flat.size, dtype=np.int64).reshape(positions.shape)
-        return (cos, sin, 0), rows
+        return self._tables.angles_over(cos, sin, 0), rows, (cos, sin)
 
     # ---- rotation ----------------------------------------------------------
 
@@ -220,14 +222,13 @@ class Rope:
         ``TypeError``/``ValueError`` naming the argument before anything is
         written.
         """
-        if angles == "auto" and (out is None or out is x) and (
-                positions is None or type(positions) is np.ndarray):
-            done = _fast_apply(self, x, positions, offset, seq_axis, out, inverse)
+        if angles == "auto" and (out is None or out is x):
+            done = _direct(self, (x,), positions, offset, seq_axis, out is not None, inverse)
             if done is not None:
-                return done
+                return done[0]
         job = _Job(self, positions, offset, seq_axis, angles)
         job.add("x", x, out, "out")
-        return job.run(inverse)[0]
+        return job.run(inverse, "Rope.apply")[0]
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
         """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
@@ -238,9 +239,9 @@ class Rope:
         each token's cos/sin row is read once for both. Values are never
         rotated: pass only q and k. See :meth:`apply` for the rest.
         """
-        if angles == "auto" and (positions is None or type(positions) is np.ndarray) and (
+        if angles == "auto" and (
                 out is None or (type(out) is tuple and len(out) == 2 and out[0] is q and out[1] is k)):
-            done = _fast_apply_qk(self, q, k, positions, offset, seq_axis, out is not None)
+            done = _direct(self, (q, k), positions, offset, seq_axis, out is not None, False)
             if done is not None:
                 return done
         if out is None:
@@ -255,7 +256,7 @@ class Rope:
         job.add("k", k, k_out, "out[1]")
         if not _same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
-        return tuple(job.run(False))
+        return tuple(job.run(False, "Rope.apply_qk"))
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
@@ -310,48 +311,28 @@ class _Job:
                 raise ValueError(f"{out_name} must have the shape of {name} {x.shape}, got {out.shape}")
             if not out.flags.writeable:
                 raise ValueError(f"{out_name} is read-only")
-        self.items.append((name, x, out))
+        self.items.append((name, x, out, out_name))
 
-    def _positions_2d(self, batch_shape, n_seq):
-        """Positions as int64 [B or 1, seq] (or None for offset mode)."""
+    def run(self, inverse, where):
+        """Plan (overlaps, views, copies), find the angles, rotate; returns the outputs."""
+        rope = self.rope
+        first = _plan.token_view(self.items[0][1], self.seq_axis)
+        batch_shape, n_seq = first.shape[:-3], first.shape[-3]
         if self.positions is None:
             if self.offset < -MAX_POSITION or self.offset + max(n_seq - 1, 0) > MAX_POSITION:
-                raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, seq={n_seq}")
-            return None
-        pos = as_positions("positions", self.positions)
-        if pos.ndim == 0 or pos.shape[-1] != n_seq:
-            raise ValueError(f"positions must have shape [seq] or [*batch, seq] with seq={n_seq}, got {pos.shape}")
-        if pos.ndim == 1:
-            return np.ascontiguousarray(pos.reshape(1, n_seq))
-        try:
-            full = np.broadcast_to(pos, tuple(batch_shape) + (n_seq,))
-        except builtins.ValueError:
-            raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
-                             f"and seq {n_seq}") from None
-        return np.ascontiguousarray(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq))
-
-    def run(self, inverse):
-        rope = self.rope
-        views = []
-        batch_shape = n_seq = None
-        for name, x, out in self.items:
-            tok = x if self.seq_axis == -3 else np.swapaxes(x, -3, -2)   # [*batch, seq, heads, dim]
-            if batch_shape is None:
-                batch_shape, n_seq = tok.shape[:-3], tok.shape[-3]
-            results = out if out is not None else np.empty_like(x)
-            views.append((tok, results))
-        positions = self._positions_2d(batch_shape, n_seq)
-        outputs = [r for _, r in views]
-        if all(t.size == 0 for t, _ in views):  # no token or no head: no angles to look up
-            return outputs
+                raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, "
+                                 f"seq={n_seq}")
+            positions = None
+        else:
+            positions = _plan.positions_2d(self.positions, batch_shape, n_seq)
+        plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim)
+        if all(x.size == 0 for x, _ in plan.buffers):  # no token or no head: no angles to look up
+            return plan.outputs
         # An array with zero heads next to one with some (q without heads) goes
         # to C like any other: C skips a tensor with no heads, pointers unread.
-        table, c_positions = rope._table_for(positions, self.offset, n_seq, self.angles)
-        if len(self.items) == 2 and _rotate_pair(
-                rope, self.items, outputs, self.seq_axis, inverse, c_positions, self.offset, table):
-            return outputs
-        for (_, x, out), result in zip(self.items, outputs):
-            _rotate_any(rope, x, result, self.seq_axis, inverse, c_positions, self.offset, table)
+        template, c_positions, keep = rope._angles_for(positions, self.offset, n_seq, self.angles)
+        outputs = plan.run(template, c_positions, self.offset, where)
+        del keep  # the rows the template pointed into lived until here
         return outputs
 
 
@@ -362,224 +343,54 @@ def _same_tokens(q, k, seq_axis):
     return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
 
 
-# ---- the fast path: repeated calls on contiguous arrays -----------------------
+# ---- the direct path: repeated calls on contiguous arrays -----------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
-# For the common case (C-contiguous array, offset= or int64 positions of shape
-# [seq] or [*batch, seq], cached table rows, result new or in place) a
-# per-shape plan holds the counts and strides, so a call is a dict lookup, a
-# window check and one C call. C checks every position against the cached
-# rows before writing; a miss there, or anything else, returns None and takes
-# the general, fully checked path (which grows the cache).
+# For the common case (C-contiguous arrays, offset= or int64 positions of
+# shape [seq] or [*batch, seq], cached table rows, results new or in place)
+# the planner's memoised Call holds the descriptors, so a call is a dict
+# lookup, a window check and one C call. C checks every position against the
+# cached rows before writing; a miss there, or anything else, returns None
+# and takes the general, fully checked path (which grows the cache).
 
-_PLANS = {}
-_LAYOUT_CODES = _kernel.LAYOUTS
-
-
-def _plan(x, seq_axis):
-    """(dtype code, batch, seq, heads, element strides b/s/h) for C-contiguous x, or None."""
-    key = (x.shape, x.dtype, seq_axis)
-    plan = _PLANS.get(key)
-    if plan is None:
-        code = DTYPE_CODES.get(x.dtype)
-        if code is None or x.ndim < 3 or x.size == 0 or type(seq_axis) is not int or seq_axis not in (-3, -2):
+def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
+    """The results of rotating C-contiguous ``arrays`` through the memoised
+    plan, or None when the call needs the general path."""
+    if type(offset) is not int or type(seq_axis) is not int or seq_axis not in (-3, -2):
+        return None
+    first = arrays[0]
+    for a in arrays:
+        if (type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.aligned
+                or a.dtype not in _kernel.DTYPE_CODES or a.ndim < 3 or a.shape[-1] != rope._head_dim
+                or a.size == 0 or a.dtype != first.dtype or (in_place and not a.flags.writeable)):
             return None
-        *batch, a, b, d = x.shape
-        n_batch = int(np.prod(batch, dtype=np.int64))
-        if seq_axis == -3:   # [*batch, seq, heads, dim]
-            plan = (code, n_batch, a, b, a * b * d, b * d, d)
-        else:                # [*batch, heads, seq, dim]
-            plan = (code, n_batch, b, a, a * b * d, d, b * d)
-        if len(_PLANS) >= 512:
-            _PLANS.clear()
-        _PLANS[key] = plan
-    return plan
-
-
-def _fast_positions(window, positions, x, n_seq, offset):
-    """(pointer, batch stride, seq stride) of explicit positions the fast path can
-    hand to C as they are (int64, C-contiguous, shape [seq] or exactly
-    [*batch, seq]), (NULL, 0, 0) for offset mode within the cached ``window``,
-    or None for anything else (no window yet, offsets outside it, other arrays)."""
+    if len(arrays) == 2 and (not _same_tokens(first, arrays[1], seq_axis)
+                             or np.may_share_memory(first, arrays[1])):
+        return None
+    window = rope._tables.window
     if window is None:
         return None
+    call = _plan.direct_call(arrays, seq_axis, rope._layout, inverse, rope._rotary_dim)
+    n_seq = call.n_seq
     if positions is None:
-        if offset < window[0] or offset + n_seq > window[1]:
+        if offset < window.start or offset + n_seq > window.stop:
             return None
-        return ffi.NULL, 0, 0
-    if (offset != 0 or positions.dtype != np.int64 or not positions.flags.c_contiguous
-            or not positions.flags.aligned or positions.size == 0):
-        return None
-    if positions.shape == (n_seq,):
-        return ffi.from_buffer("int64_t[]", positions), 0, 1
-    batch = x.shape[:-3]
-    if positions.shape == batch + (n_seq,):
-        return ffi.from_buffer("int64_t[]", positions), n_seq, 1
-    return None
-
-
-def _fast_apply(rope, x, positions, offset, seq_axis, out, inverse):
-    if (type(x) is not np.ndarray or type(offset) is not int or not x.flags.c_contiguous
-            or not x.flags.aligned):
-        return None
-    plan = _plan(x, seq_axis)
-    if plan is None or x.shape[-1] != rope._head_dim:
-        return None
-    code, n_batch, n_seq, n_heads, sb, ss, sh = plan
-    w = rope._tables.window
-    pos = _fast_positions(w, positions, x, n_seq, offset)
-    if pos is None:
-        return None
-    if out is None:
-        result = np.empty_like(x)
-    elif x.flags.writeable:
-        result = x
+        strides = (0, 0, 0)
+    elif (type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64
+          and positions.flags.c_contiguous and positions.flags.aligned and positions.size):
+        if positions.shape == (n_seq,):
+            strides = (0, 1, 0)
+        elif positions.shape == first.shape[:-3] + (n_seq,):
+            strides = (n_seq, 1, 0)
+        else:
+            return None
     else:
         return None
-    tables = rope._tables
-    status = lib.rope_rotate(
-        code, _LAYOUT_CODES[rope._layout], 1 if inverse else 0, ffi.from_buffer(x), ffi.from_buffer(result),
-        n_batch, n_seq, n_heads, rope._head_dim, rope._rotary_dim, sb, ss, sh, sb, ss, sh,
-        pos[0], pos[1], pos[2], offset, w[4], w[5], w[0], w[1] - w[0],
-        tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
+    results = arrays if in_place else tuple(np.empty_like(a) for a in arrays)
+    angles = _kernel.angles(window.angles, positions, offset, strides)
+    status = call.run(tuple(zip(arrays, results)), angles)
     if status:
-        if status == lib.ROPE_E_POSITION:  # a position outside the cached rows: C wrote
-            return None                    # nothing; the general path grows the cache
-        _kernel.check_status(status, "apply")
-    return result
-
-
-def _fast_apply_qk(rope, q, k, positions, offset, seq_axis, in_place):
-    if (type(q) is not np.ndarray or type(k) is not np.ndarray or type(offset) is not int
-            or not q.flags.c_contiguous or not k.flags.c_contiguous or q.dtype != k.dtype
-            or not q.flags.aligned or not k.flags.aligned):
-        return None
-    pq, pk = _plan(q, seq_axis), _plan(k, seq_axis)
-    if pq is None or pk is None or q.shape[-1] != rope._head_dim or k.shape[-1] != rope._head_dim:
-        return None
-    if not _same_tokens(q, k, seq_axis):
-        return None
-    code, n_batch, n_seq, qh, qb, qs, qhs = pq
-    kh, kb, ks, khs = pk[3:]
-    w = rope._tables.window
-    pos = _fast_positions(w, positions, q, n_seq, offset)
-    if pos is None:
-        return None
-    if in_place:
-        if not (q.flags.writeable and k.flags.writeable) or np.shares_memory(q, k):
-            return None
-        q_out, k_out = q, k
-    else:
-        q_out, k_out = np.empty_like(q), np.empty_like(k)
-    tables = rope._tables
-    status = lib.rope_rotate_qk(
-        code, _LAYOUT_CODES[rope._layout], 0,
-        ffi.from_buffer(q), ffi.from_buffer(q_out), qh, qb, qs, qhs, qb, qs, qhs,
-        ffi.from_buffer(k), ffi.from_buffer(k_out), kh, kb, ks, khs, kb, ks, khs,
-        n_batch, n_seq, rope._head_dim, rope._rotary_dim,
-        pos[0], pos[1], pos[2], offset, w[4], w[5], w[0], w[1] - w[0],
-        tables.inv_freq_ptr, rope._attention_factor, _kernel.NUM_THREADS)
-    if status:
-        if status == lib.ROPE_E_POSITION:
-            return None
-        _kernel.check_status(status, "apply_qk")
-    return q_out, k_out
-
-
-# ---- the general path -----------------------------------------------------------
-
-def _same_memory(a, b):
-    """True when ``b`` is exactly ``a``'s memory: same first element and strides."""
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.strides == b.strides)
-
-
-def _prepare(x, result, seq_axis):
-    """Kernel views (src, dst) of x and its result as [*batch, seq, heads, dim], or None
-    when the kernel cannot address them directly (then _rotate_any copies)."""
-    in_place = result is x or _same_memory(x, result)
-    if not in_place and np.shares_memory(x, result):
-        return None
-    src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
-    dst = src if in_place else (result if seq_axis == -3 else np.swapaxes(result, -3, -2))
-    if not (_kernel.kernel_friendly(src) and _kernel.kernel_friendly(dst)):
-        return None
-    if src.ndim == 3:
-        return src[None], dst[None]
-    s4, d4 = _merge_batch(src), _merge_batch(dst)
-    if s4 is None or d4 is None:
-        return None
-    return s4, d4
-
-
-def _rotate_pair(rope, items, outputs, seq_axis, inverse, positions, offset, table):
-    """q and k in one C call (each table row read once) when both map to plain
-    4-D views and do not overlap each other; False when they do not."""
-    (_, q, _), (_, k, _) = items
-    q_res, k_res = outputs
-    pq, pk = _prepare(q, q_res, seq_axis), _prepare(k, k_res, seq_axis)
-    if pq is None or pk is None:
-        return False
-    for a in (q, q_res):
-        for b in (k, k_res):
-            if np.shares_memory(a, b):
-                return False
-    _kernel.rotate_qk(pq[0], pq[1], pk[0], pk[1], rope.layout, inverse, rope.rotary_dim, positions,
-                      offset, table, rope.inv_freq, rope.attention_factor)
-    return True
-
-
-def _rotate_any(rope, x, result, seq_axis, inverse, positions, offset, table):
-    """Rotate ``x`` into ``result`` whatever their strides, via the C kernel."""
-    in_place = result is x or _same_memory(x, result)
-    if not in_place and np.shares_memory(x, result):
-        x = x.copy()  # partial overlap: behave as if out did not overlap x
-    src = x if seq_axis == -3 else np.swapaxes(x, -3, -2)
-    dst = result if seq_axis == -3 else np.swapaxes(result, -3, -2)
-    if in_place:
-        dst = src
-    # The kernel wants a contiguous last axis and aligned, whole-element
-    # strides; anything else goes through a contiguous copy (documented).
-    if not _kernel.kernel_friendly(dst):
-        tmp = np.array(src, order="C")  # a fresh, aligned copy
-        _rotate_batched(rope, tmp, tmp, inverse, positions, offset, table)
-        dst[...] = tmp
-        return
-    if not _kernel.kernel_friendly(src):
-        src = np.array(src, order="C")
-    _rotate_batched(rope, src, dst, inverse, positions, offset, table)
-
-
-def _rotate_batched(rope, src, dst, inverse, positions, offset, table):
-    """Collapse the batch dims of [*batch, seq, heads, dim] views into one axis
-    when strides allow, else loop over the leading batch axis."""
-    n_batch_dims = src.ndim - 3
-    if n_batch_dims == 0:
-        _kernel.rotate(src[None], dst[None], rope.layout, inverse, rope.rotary_dim,
-                       positions, offset, table, rope.inv_freq, rope.attention_factor)
-        return
-    s4, d4 = _merge_batch(src), _merge_batch(dst)
-    if s4 is not None and d4 is not None:
-        _kernel.rotate(s4, d4, rope.layout, inverse, rope.rotary_dim, positions, offset, table,
-                       rope.inv_freq, rope.attention_factor)
-        return
-    # Unmergeable batch strides: one leading index at a time.
-    inner = int(np.prod(src.shape[1:-3], dtype=np.int64))
-    for i in range(src.shape[0]):
-        pos_i = positions
-        if positions is not None and positions.shape[0] != 1:
-            pos_i = positions[i * inner:(i + 1) * inner]
-        _rotate_batched(rope, src[i], dst[i], inverse, pos_i, offset, table)
-
-
-def _merge_batch(a):
-    """View [*batch, seq, heads, dim] as [B, seq, heads, dim] without copying, or None."""
-    batch = a.shape[:-3]
-    n = int(np.prod(batch, dtype=np.int64))
-    dims = [(size, stride) for size, stride in zip(batch, a.strides[:-3]) if size != 1]
-    stride = dims[-1][1] if dims else 0
-    for (size_outer, stride_outer), (size_inner, stride_inner) in zip(dims, dims[1:]):
-        if stride_outer != stride_inner * size_inner:
-            return None
-    return np.lib.stride_tricks.as_strided(a, (n,) + a.shape[-3:], (stride,) + a.strides[-3:],
-                                           writeable=a.flags.writeable)
+        if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
+            return None                      # nothing; the general path grows the cache
+        _kernel.raise_for_status(status, "Rope.apply_qk" if len(arrays) == 2 else "Rope.apply")
+    return results

@@ -113,15 +113,3 @@ def test_out_dtype_must_match_x(dtype):
     x = np.ones((2, 3, 8), dtype=dtype)
     with pytest.raises(TypeError, match="out must have dtype"):
         R.apply(x, out=np.ones((2, 3, 8), np.float32))
-
-
-def test_c_refuses_misaligned_pointers():
-    from pyrope._kernel import ffi, lib
-    raw = np.zeros(4 * 2 * 8 + 1, dtype=np.uint8)
-    p = ffi.cast("float *", raw.__array_interface__["data"][0] + 1)
-    cos = np.ones((4, 4), np.float32)
-    status = lib.rope_rotate(lib.ROPE_F32, lib.ROPE_SPLIT_HALF, 0, p, p, 1, 2, 1, 8, 8, 16, 8, 8, 16, 8, 8,
-                             ffi.NULL, 0, 0, 0, ffi.cast("float *", cos.ctypes.data),
-                             ffi.cast("float *", cos.ctypes.data), 0, 4, ffi.NULL, 1.0, 1)
-    assert status == lib.ROPE_E_ALIGN
-    assert np.all(raw == 0)

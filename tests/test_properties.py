@@ -195,14 +195,14 @@ def test_nan_inf_stay_in_their_pair(isa):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_on_the_fly_angles_equal_table_rows(isa, layout, rng):
     # The kernel's no-table path builds each row exactly as the table does.
-    from pyrope import _kernel
+    from kernel_api import c_rotate
     rope = Rope(80, layout=layout, rotary_dim=72, base=5e5)
     x = rng.standard_normal((2, 6, 3, 80)).astype(np.float32)
     pos = rng.integers(-2**31 + 1, 2**31, size=(2, 6))
     want = rope.apply(x, pos)
     got = np.empty_like(x)
-    _kernel.rotate(x, got, layout, False, rope.rotary_dim, pos, 0, None,
-                   rope.inv_freq, rope.attention_factor)
+    assert c_rotate([(x, got)], layout, rope.rotary_dim, positions=pos, inv_freq=rope.inv_freq,
+                    scale=rope.attention_factor) == 0
     assert np.array_equal(bits(got), bits(want))
 
 

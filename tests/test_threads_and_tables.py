@@ -197,37 +197,6 @@ def test_rope_with_cached_rows_pickles_and_copies(rng):
         assert np.array_equal(bits(clone.apply(x, offset=9)), bits(want))
 
 
-def test_c_entry_points_check_their_arguments():
-    # The C layer re-checks what Python validated: a bad call is a status, never a crash.
-    from pyrope._kernel import ffi, lib
-    x = np.zeros((1, 2, 1, 8), np.float32)
-    p = ffi.from_buffer(x)
-    cos = np.ones((2, 4), np.float32)
-    cp, sp = ffi.from_buffer("float[]", cos), ffi.from_buffer("float[]", cos)
-    inv = ffi.from_buffer("double[]", np.ones(4))
-
-    def rot(dtype=lib.ROPE_F32, layout=lib.ROPE_SPLIT_HALF, x_ptr=p, rows=2, n_threads=2):
-        return lib.rope_rotate(dtype, layout, 0, x_ptr, x_ptr, 1, 2, 1, 8, 8, 16, 8, 8, 16, 8, 8,
-                               ffi.NULL, 0, 0, 0, cp, sp, 0, rows, inv, 1.0, n_threads)
-
-    assert rot() == lib.ROPE_OK
-    assert rot(dtype=4) == lib.ROPE_E_DTYPE and rot(dtype=-1) == lib.ROPE_E_DTYPE
-    assert rot(layout=2) == lib.ROPE_E_LAYOUT
-    assert rot(x_ptr=ffi.NULL) == lib.ROPE_E_NULL
-    assert rot(rows=1) == lib.ROPE_E_POSITION        # position 1 is past a 1-row table
-    assert lib.rope_bandwidth_pass(p, -1, 0, 2) == lib.ROPE_E_COUNT
-    assert lib.rope_bandwidth_pass(ffi.NULL, 4, 0, 2) == lib.ROPE_E_NULL
-    k = np.zeros((1, 2, 3, 8), np.float32)
-    pk = ffi.from_buffer(k)
-    qk = lib.rope_rotate_qk(lib.ROPE_F32, lib.ROPE_INTERLEAVED, 0, p, p, 1, 16, 8, 8, 16, 8, 8,
-                            pk, pk, 3, 48, 24, 8, 48, 24, 9, 1, 2, 8, 8,
-                            ffi.NULL, 0, 0, 0, cp, sp, 0, 2, inv, 1.0, 2)
-    assert qk == lib.ROPE_E_OVERLAP                  # k in place with other strides
-    assert lib.rope_rotate_qk(lib.ROPE_F32, lib.ROPE_INTERLEAVED, 0, p, p, 1, 16, 8, 8, 16, 8, 8,
-                              pk, pk, -1, 48, 24, 8, 48, 24, 8, 1, 2, 8, 8,
-                              ffi.NULL, 0, 0, 0, cp, sp, 0, 2, inv, 1.0, 2) == lib.ROPE_E_COUNT
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_fast_path_equals_general_path(isa, dtype, rng):
     # Contiguous arrays with offset= take the per-shape fast path once rows are
