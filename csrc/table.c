@@ -26,7 +26,7 @@
 #include <math.h>
 
 #include "kernels.h"
-#include "table_poly.h"
+#include "table_internal.h"
 
 void rope_turns(double w, double *t0, double *t1, double *t2)
 {

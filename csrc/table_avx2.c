@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "kernels.h"
-#include "table_poly.h"
+#include "table_internal.h"
 
 #ifdef ROPE_HAVE_X86
 #include <immintrin.h>

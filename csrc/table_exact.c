@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "table_poly.h"
+#include "table_internal.h"
 
 /* 2/pi as four doubles, to about 2^-215. */
 static const double Q[4] = {0x1.45f306dc9c883p-1, -0x1.6b01ec5417056p-55,

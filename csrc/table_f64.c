@@ -13,7 +13,7 @@
 
 #include "pyrope.h"
 #include "kernels.h"
-#include "table_poly.h"
+#include "table_internal.h"
 
 static const double PIO2_H = 0x1.921fb54442d18p+0, PIO2_L = 0x1.1a62633145c07p-54;
 /* (-1)^j / (2j+1)! and (-1)^j / (2j)!, rounded to double. */

@@ -1,6 +1,6 @@
 /* Single-process timing of the rotation kernels on the prefill shapes, with
  * the bandwidth yardstick over the same bytes timed in the same repetition
- * (medians, microseconds), for iterating on csrc/rotate_avx2.c without the
+ * (medians, microseconds), for iterating on csrc/rotate_avx2_*.c without the
  * Python layer or the peers:
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \

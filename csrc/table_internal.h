@@ -1,7 +1,10 @@
-/* Internal: constants and helpers shared by the table kernels (table.c,
- * table_avx2.c). Values derived in docs/ACCURACY.md. */
-#ifndef PYROPE_TABLE_POLY_H
-#define PYROPE_TABLE_POLY_H
+/* Internal: what the table files (table.c, table_avx2.c, table_exact.c,
+ * table_f64.c) share: the split of 2/pi, the rounding magic, the Taylor
+ * coefficients, chunk sizes, the error bounds of the fast evaluation, the
+ * quadrant and certify helpers, and the declarations of table.c's and
+ * table_exact.c's internal functions. Values derived in docs/ACCURACY.md. */
+#ifndef PYROPE_TABLE_INTERNAL_H
+#define PYROPE_TABLE_INTERNAL_H
 
 #include <stdint.h>
 #include <string.h>
@@ -50,9 +53,6 @@
 #define ROPE_DIRECT_ABS 0x1p-150
 #define ROPE_RANGE_ABS 0x1.01p-43
 
-/* If every value within bound of y rounds to the same float32 (so the exact
- * value does too: rounding is monotonic), store it (+0 for zero) and
- * return 1; else return 0. */
 /* cos and sin of k*pi/2 + a from cs = cos a, sn = sin a: k mod 4 sits in
  * the low bits of kk's significand (kk = ROPE_ROUND_MAGIC + k). */
 static inline void rope_quadrant(double kk, double cs, double sn,
@@ -68,6 +68,9 @@ static inline void rope_quadrant(double kk, double cs, double sn,
     }
 }
 
+/* If every value within bound of y rounds to the same float32 (so the exact
+ * value does too: rounding is monotonic), store it (+0 for zero) and
+ * return 1; else return 0. */
 static inline int rope_certify_f32(double y, double bound, float *out)
 {
     if ((float)(y - bound) != (float)(y + bound))

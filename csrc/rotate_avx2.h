@@ -1,0 +1,160 @@
+/* Internal: what the AVX2 + FMA + F16C rotation kernels (rotate_avx2_*.c,
+ * one file per storage type) share: the target attribute, the split-half
+ * kernel built from a storage type's 16-, 8- and 4-lane loads and stores,
+ * its peeling to a 32-byte boundary, and the stack chunk of table entries.
+ *
+ * The kernels are compiled for that target by function attributes (no
+ * global -m flags) and called only after run-time detection. Lane for lane
+ * they compute the scalar formula of pair.h:
+ *   y0 = fma(x0, c, -(x1 * s)),  y1 = fma(x1, c, x0 * s)
+ * float16 goes through F16C (vcvtph2ps / vcvtps2ph, round to nearest even),
+ * bfloat16 through integer shifts with the same rounding as convert.h.
+ * Unaligned loads and stores throughout; the leftover pairs (fewer than one
+ * vector) call rope_pair_<sfx> (pair.h), the scalar formula with the scalar
+ * conversions, which round identically.
+ */
+#ifndef PYROPE_ROTATE_AVX2_H
+#define PYROPE_ROTATE_AVX2_H
+
+#include "kernels.h"
+#include "pair.h"
+
+#ifdef ROPE_HAVE_X86
+#include <immintrin.h>
+
+#define ROPE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* Keep a loaded vector in a register: stops the compiler from folding the
+ * load into two instructions (two loads of the same bytes). */
+#define ROPE_IN_REGISTER(v) __asm__("" : "+x"(v))
+
+/* Pairs per interleaved chunk whose duplicated cos/sin sit on the stack. */
+#define IL_CHUNK 512
+
+/* Split-half pairs before the first 32-byte boundary of x, the same for
+ * every head (0 if x is aligned or the head stride is not a multiple of 32
+ * bytes): numpy places large arrays 16 bytes past a page, and 32-byte loads
+ * and stores that straddle cache lines cost a third more (measured). Which
+ * step handles a pair never changes its bits. */
+static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize, int64_t half)
+{
+    const int64_t mis = (int64_t)((uintptr_t)x & 31);
+    if (mis == 0 || x_sh % (32 / esize) != 0)
+        return 0;
+    const int64_t p = (32 - mis) / esize;
+    return p < half ? p : 0;
+}
+
+/* ---- split half, float32 arithmetic: float32, float16, bfloat16 storage --- */
+
+/* Split half: 8 pairs (i .. i+7, i+half .. i+half+7) per step. */
+/* The 16-pair step. With s' = -s (inverse), x1*s' = -(x1*s) exactly (rounding
+ * to nearest is symmetric), so the inverse rotation is the forward one with
+ * fmsub and fmadd swapped: no sign flips in the loop, same bits as rotate.c. */
+#define SPLIT_STEP16(T, LD16, ST16, FM0, FM1)                                        \
+    do {                                                                             \
+        const __m256 ca = _mm256_loadu_ps(cos + i), cb = _mm256_loadu_ps(cos + i + 8); \
+        const __m256 sa = _mm256_loadu_ps(sin + i), sb = _mm256_loadu_ps(sin + i + 8); \
+        __m256 x0a, x0b, x1a, x1b;                                                   \
+        LD16(x + i, &x0a, &x0b);                                                     \
+        LD16(x + i + half, &x1a, &x1b);                                              \
+        ST16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
+        ST16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),                     \
+             FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
+    } while (0)
+
+/* Pairs [a, b) of every head in 8-, 4- and 1-pair steps: the pairs before
+ * the aligned 16-pair steps and after them. LD8/ST8 and LD4/ST4 are the
+ * storage type's vector loads and stores, PAIR its rope_pair_<sfx>. */
+#define ROPE_AVX2_SPLIT_PART(NAME, T, LD8, ST8, LD4, ST4, PAIR)                        \
+    ROPE_AVX2 static inline __attribute__((always_inline)) void NAME(                 \
+        const void *xv, void *yv, int64_t x_sh, int64_t y_sh,                        \
+        int64_t n_heads, const float *cos, const float *sin,                         \
+        int64_t half, int inverse, int64_t a, int64_t b)                             \
+    {                                                                                \
+        if (a >= b)                                                                  \
+            return;                                                                  \
+        const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);                  \
+        const __m128 sign4 = _mm256_castps256_ps128(sign);                           \
+        for (int64_t h = 0; h < n_heads; h++) {                                      \
+            const T *x = (const T *)xv + h * x_sh;                                   \
+            T *y = (T *)yv + h * y_sh;                                               \
+            int64_t i = a;                                                           \
+            for (; i + 8 <= b; i += 8) {                                             \
+                const __m256 c = _mm256_loadu_ps(cos + i);                           \
+                const __m256 s = _mm256_xor_ps(_mm256_loadu_ps(sin + i), sign);      \
+                const __m256 x0 = LD8(x + i), x1 = LD8(x + i + half);                \
+                /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                             \
+                ST8(y + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));            \
+                ST8(y + i + half, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));     \
+            }                                                                        \
+            for (; i + 4 <= b; i += 4) {                                             \
+                const __m128 c = _mm_loadu_ps(cos + i);                              \
+                const __m128 s = _mm_xor_ps(_mm_loadu_ps(sin + i), sign4);           \
+                const __m128 x0 = LD4(x + i), x1 = LD4(x + i + half);                \
+                /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                             \
+                ST4(y + i, _mm_fmsub_ps(x0, c, _mm_mul_ps(x1, s)));                  \
+                ST4(y + i + half, _mm_fmadd_ps(x1, c, _mm_mul_ps(x0, s)));           \
+            }                                                                        \
+            for (; i < b; i++) { /* the scalar formula */                            \
+                const float c = cos[i], s = inverse ? -sin[i] : sin[i];              \
+                PAIR(x, y, i, i + half, c, s);                                       \
+            }                                                                        \
+        }                                                                            \
+    }
+
+/* Every head in one loop nest per direction: its pairs before the 32-byte
+ * boundary (p), its 16-pair steps, its last pairs. The direction test stays
+ * out of the loop: with head_dim 128 a head is only four steps. */
+#define SPLIT_HEADS16(T, PART, LD16, ST16, FM0, FM1)                                 \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const T *x = (const T *)xv + h * x_sh;                                       \
+        T *y = (T *)yv + h * y_sh;                                                   \
+        if (p)                                                                       \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, 0, p);                      \
+        for (int64_t i = p; i < p + n16; i += 16)                                    \
+            SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                                   \
+        if (p + n16 < half)                                                          \
+            PART(x, y, 0, 0, 1, cos, sin, half, inverse, p + n16, half);             \
+    }
+
+/* Every head when no pair comes before the 16-pair steps and HALF is known
+ * at compile time: the compiler unrolls a head's steps and the per-head
+ * bookkeeping of SPLIT_HEADS16 goes (float16 split half 6-7% faster). */
+#define SPLIT_HEADS_FIXED(T, LD16, ST16, FM0, FM1, HALF)                              \
+    {                                                                                \
+        const T *x = (const T *)xv;                                                  \
+        T *y = (T *)yv;                                                              \
+        for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
+            const int64_t half = HALF;                                               \
+            _Pragma("GCC unroll 8")                                                  \
+            for (int64_t i = 0; i < HALF; i += 16)                                   \
+                SPLIT_STEP16(T, LD16, ST16, FM0, FM1);                               \
+        }                                                                            \
+    }
+
+/* PEEL: start the 16-pair steps at x's first 32-byte boundary (float32);
+ * float16 gains nothing from it (bound by its conversions, measured). */
+#define ROPE_AVX2_SPLIT(NAME, PART, PEEL, T, LD16, ST16)                             \
+    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t half, int inverse)                                   \
+    {                                                                                \
+        const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
+        const int64_t n16 = (half - p) & ~(int64_t)15;                               \
+        if (p == 0 && half == 64) { /* head_dim 128, the common case */              \
+            if (!inverse)                                                            \
+                SPLIT_HEADS_FIXED(T, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps, 64) \
+            else                                                                     \
+                SPLIT_HEADS_FIXED(T, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps, 64) \
+            return;                                                                  \
+        }                                                                            \
+        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
+        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
+            SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)     \
+    }
+
+#endif /* ROPE_HAVE_X86 */
+
+#endif
