@@ -10,6 +10,7 @@ mistake here gives an exception, not a crash.
 """
 import builtins
 import os
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -87,16 +88,25 @@ if _MISSING_DTYPES:  # pragma: no cover
 
 # ---- pointers ----------------------------------------------------------------
 
+# cffi types by name, looked up once: a type given as a string costs a parse per call
+_BUFFER_TYPES = {n: ffi.typeof(n + "[]") for n in ("char", "float", "double", "int64_t", "uint8_t")}
+_POINTER_TYPES = {n: ffi.typeof(n + " *") for n in _BUFFER_TYPES}
+
+
 def pointer(a, writable=False, ctype="char"):
     """A C ``ctype *`` to the first element of ndarray ``a``: the one way
     arrays become pointers.
 
-    The caller keeps ``a`` referenced for the whole C call. C-contiguous
-    arrays go through the buffer protocol (``writable``: refuse a read-only
-    buffer, a second guard); other views by their address."""
-    if a.flags.c_contiguous:
-        return ffi.from_buffer(ctype + "[]", a, require_writable=writable)
-    return ffi.cast(ctype + " *", a.__array_interface__["data"][0])
+    The caller keeps ``a`` referenced for the whole C call. Contiguous arrays
+    go through the buffer protocol (``writable``: refuse a read-only buffer,
+    a second guard), whose pointer is the first element's; other views, which
+    numpy does not export as a plain buffer, by their address."""
+    try:
+        return ffi.from_buffer(_BUFFER_TYPES[ctype], a, writable)
+    except (BufferError, builtins.ValueError):  # numpy: "ndarray is not C-contiguous"
+        if writable and not a.flags.writeable:
+            raise
+        return ffi.cast(_POINTER_TYPES[ctype], a.__array_interface__["data"][0])
 
 
 # ---- instruction sets (the C registry) -----------------------------------------
@@ -261,45 +271,14 @@ def float_pointers(*arrays):
 
 # ---- rotation ----------------------------------------------------------------------
 
-class Call:
-    """The C descriptors of one planned rotation, without its data pointers.
-
-    Built once per plan shape (the planner memoises it), so a repeated call
-    only fills in where its arrays and positions are. Structs shared between
-    calls are never written after they are made (one ``rope_op`` per thread
-    count); ``tensors`` is a template copied per call, so concurrent calls
-    never share a struct that is being filled."""
-
-    __slots__ = ("_fields", "_ops", "tensors", "n_tensors", "n_batch", "n_seq")
-
-    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
-        """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
-        self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
-                            n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
-        self._ops = {}
-        self.tensors = ffi.new("rope_tensor[]", [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors])
-        self.n_tensors = len(tensors)
-        self.n_batch, self.n_seq = n_batch, n_seq
-
-    def run(self, buffers, angles):
-        """Rotate ``buffers`` ``[(x, out)]`` (ndarrays in the order of the tensors,
-        kept referenced by the caller) at ``angles`` (from :func:`angles`).
-        Returns the C status (see :func:`raise_for_status`)."""
-        op = self._ops.get(NUM_THREADS)
-        if op is None:
-            op = self._ops[NUM_THREADS] = ffi.new("rope_op *", dict(self._fields, n_threads=NUM_THREADS))
-        t = ffi.new("rope_tensor[]", self.n_tensors)
-        ffi.memmove(t, self.tensors, ffi.sizeof(t))
-        for i, (x, out) in enumerate(buffers):
-            px = pointer(x)
-            t[i].x = px
-            t[i].out = px if out is x else pointer(out, writable=True)
-        return lib.rope_rotate(op, t, self.n_tensors, angles)
+_ANGLES_SIZE = ffi.sizeof("rope_angles")
+_POS_LIST, _POS_SECTIONS = lib.ROPE_POS_LIST, lib.ROPE_POS_SECTIONS
 
 
 def angle_template(inv_freq_ptr, scale, table=None):
     """A ``rope_angles`` holding where angles come from: ``table`` ``(cos_ptr,
-    sin_ptr, first position, rows)`` or None (on the fly from the frequencies)."""
+    sin_ptr, first position, rows)`` or None (on the fly from the frequencies).
+    Never written after it is made; calls copy it."""
     a = ffi.new("rope_angles *")
     a.inv_freq = inv_freq_ptr
     a.scale = scale
@@ -308,25 +287,75 @@ def angle_template(inv_freq_ptr, scale, table=None):
     return a
 
 
-def angles(template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
-    """The ``rope_angles`` of one call from a :func:`angle_template`: positions
-    ``offset + s`` (``positions`` None), one int64 position per token
-    (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
-    ``(n_components, pair_component uint8 array)`` components per token. The
-    caller keeps ``positions`` and the map referenced for the call."""
-    a = ffi.new("rope_angles *", template[0])
-    if positions is None:
-        a.offset = offset
-        return a
-    a.positions = pointer(positions, ctype="int64_t")
-    a.strides = strides
-    if sections is None:
-        a.source = lib.ROPE_POS_LIST
-    else:
-        a.source = lib.ROPE_POS_SECTIONS
-        a.n_components, pair_component = sections
-        a.pair_component = pointer(pair_component, ctype="uint8_t")
-    return a
+class Call:
+    """The C descriptors of one planned rotation, without its data pointers.
+
+    Built once per plan shape (the planner memoises it), so a repeated call
+    only fills in where its arrays and positions are. The ``rope_op`` (one
+    per thread count) is never written after it is made; the tensor and
+    angle descriptors a call fills in are its thread's own, so concurrent
+    calls never share a struct that is being filled."""
+
+    __slots__ = ("_fields", "_ops", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads")
+
+    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
+        """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
+        self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
+                            n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
+        self._ops = {}
+        self._template = [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors]
+        self._local = threading.local()
+        self.n_tensors = len(tensors)
+        self.n_batch, self.n_seq = n_batch, n_seq
+        self.n_heads = tuple(h for h, _, _ in tensors)
+
+    def _bind(self):
+        """This thread's [tensor entries, tensor array, angles, what the angles
+        hold: a template (offset source), (template, strides) (a position list)
+        or None] -- made on its first call."""
+        t = ffi.new("rope_tensor[]", self._template)
+        bound = self._local.bound = [[t[i] for i in range(self.n_tensors)], t, ffi.new("rope_angles *"), None]
+        return bound
+
+    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
+        """Rotate ``sources`` into ``results`` (ndarrays in the order of the
+        tensors; ``results[i] is sources[i]``: in place; all kept referenced by
+        the caller) with the angles of ``template`` (:func:`angle_template`) at
+        positions ``offset + s`` (``positions`` None), one int64 position per
+        token (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
+        ``(n_components, pair_component uint8 array)`` per token.
+        Returns the C status (see :func:`raise_for_status`)."""
+        op = self._ops.get(NUM_THREADS)
+        if op is None:
+            op = self._ops[NUM_THREADS] = ffi.new("rope_op *", dict(self._fields, n_threads=NUM_THREADS))
+        try:
+            bound = self._local.bound
+        except AttributeError:
+            bound = self._bind()
+        entries, t, a, held = bound
+        # a keeps what the last call on this thread set: refill only what differs
+        if positions is None:
+            if held is not template:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                bound[3] = template
+            a.offset = offset
+        else:
+            if held is None or held[0] is not template or held[1] != strides or sections is not None:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                a.strides = strides
+                if sections is None:
+                    a.source = _POS_LIST
+                    bound[3] = (template, strides)
+                else:
+                    a.source = _POS_SECTIONS
+                    a.n_components = sections[0]
+                    a.pair_component = pointer(sections[1], False, "uint8_t")
+                    bound[3] = None
+            a.positions = pointer(positions, False, "int64_t")
+        for d, x, out in zip(entries, sources, results):
+            d.x = px = pointer(x)
+            d.out = px if out is x else pointer(out)  # writeable: checked by the planner
+        return lib.rope_rotate(op, t, self.n_tensors, a)
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):

@@ -164,8 +164,9 @@ class Plan:
         ``positions`` (a :func:`positions_2d` array, or None for ``offset + s``),
         then write back what was rotated in a temporary. Returns the outputs."""
         strides = (0, 0, 0) if positions is None else position_strides(positions)
-        angles = _kernel.angles(template, positions, offset, strides, sections)
-        _kernel.raise_for_status(self.call.run(self.buffers, angles), where)
+        sources, results = zip(*self.buffers)
+        status = self.call.run(sources, results, template, positions, offset, strides, sections)
+        _kernel.raise_for_status(status, where)
         for dst, tmp in self.write_back:
             dst[...] = tmp
         return self.outputs
@@ -209,20 +210,38 @@ _CALLS = {}
 _MAX_CALLS = 512
 
 
-def direct_call(arrays, seq_axis, layout, inverse, rotary_dim):
+def same_tokens(q, k, seq_axis):
+    """Do q and k (at least 3-D) share their batch and sequence dims?"""
+    if seq_axis == -3:   # [*batch, seq, heads, dim]
+        return q.shape[:-2] == k.shape[:-2]
+    return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
+
+
+def direct_call(arrays, seq_axis, layout, inverse, rotary_dim, head_dim):
     """The ``_kernel.Call`` for C-contiguous ``arrays`` (one per tensor, each
-    rotated in place or into a fresh C-contiguous array of its shape), planned
-    by the same view code as :func:`plan_rotation` the first time their
-    shapes and dtype are seen, then a dict lookup."""
+    rotated in place or into a fresh C-contiguous array of its shape), or None
+    when they need the general path (fewer than 3 dims, empty, another head
+    size or a dtype the kernel lacks, q and k of other dtypes or tokens).
+    Planned by the same view code as :func:`plan_rotation` the first time
+    their shapes and dtypes are seen, then a dict lookup."""
     first = arrays[0]
-    key = (tuple(a.shape for a in arrays), first.dtype, seq_axis, layout, inverse, rotary_dim)
-    call = _CALLS.get(key)
-    if call is None:
+    if len(arrays) == 1:
+        key = (first.shape, first.dtype, seq_axis, inverse, layout, rotary_dim, head_dim)
+    else:
+        key = (tuple([(a.shape, a.dtype) for a in arrays]), seq_axis, inverse, layout, rotary_dim, head_dim)
+    try:
+        return _CALLS[key]
+    except KeyError:
+        pass
+    call = None
+    if (all(a.ndim >= 3 and a.size and a.shape[-1] == head_dim and a.dtype == first.dtype for a in arrays)
+            and first.dtype in _kernel.DTYPE_CODES
+            and all(same_tokens(first, a, seq_axis) for a in arrays[1:])):
         views = [as_4d(token_view(a, seq_axis)) for a in arrays]
         v = views[0]
         call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim,
                             [(w.shape[2], element_strides(w), element_strides(w)) for w in views])
-        if len(_CALLS) >= _MAX_CALLS:
-            _CALLS.clear()
-        _CALLS[key] = call
+    if len(_CALLS) >= _MAX_CALLS:
+        _CALLS.clear()
+    _CALLS[key] = call
     return call

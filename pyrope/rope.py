@@ -254,7 +254,7 @@ class Rope:
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
-        if not _same_tokens(q, k, job.seq_axis):
+        if not _plan.same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
         return tuple(job.run(False, "Rope.apply_qk"))
 
@@ -336,13 +336,6 @@ class _Job:
         return outputs
 
 
-def _same_tokens(q, k, seq_axis):
-    """Do q and k (at least 3-D) share their batch and sequence dims?"""
-    if seq_axis == -3:   # [*batch, seq, heads, dim]
-        return q.shape[:-2] == k.shape[:-2]
-    return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
-
-
 # ---- the direct path: repeated calls on contiguous arrays -----------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
@@ -358,37 +351,37 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
     plan, or None when the call needs the general path."""
     if type(offset) is not int or type(seq_axis) is not int or seq_axis not in (-3, -2):
         return None
-    first = arrays[0]
-    for a in arrays:
-        if (type(a) is not np.ndarray or not a.flags.c_contiguous or not a.flags.aligned
-                or a.dtype not in _kernel.DTYPE_CODES or a.ndim < 3 or a.shape[-1] != rope._head_dim
-                or a.size == 0 or a.dtype != first.dtype or (in_place and not a.flags.writeable)):
-            return None
-    if len(arrays) == 2 and (not _same_tokens(first, arrays[1], seq_axis)
-                             or np.may_share_memory(first, arrays[1])):
-        return None
     window = rope._tables.window
     if window is None:
         return None
-    call = _plan.direct_call(arrays, seq_axis, rope._layout, inverse, rope._rotary_dim)
+    for a in arrays:
+        if type(a) is not np.ndarray:
+            return None
+        flags = a.flags
+        if not flags.c_contiguous or not flags.aligned or (in_place and not flags.writeable):
+            return None
+    if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
+        return None
+    call = _plan.direct_call(arrays, seq_axis, rope._layout, inverse, rope._rotary_dim, rope._head_dim)
+    if call is None:
+        return None
     n_seq = call.n_seq
     if positions is None:
         if offset < window.start or offset + n_seq > window.stop:
             return None
-        strides = (0, 0, 0)
+        strides = None
     elif (type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64
           and positions.flags.c_contiguous and positions.flags.aligned and positions.size):
         if positions.shape == (n_seq,):
             strides = (0, 1, 0)
-        elif positions.shape == first.shape[:-3] + (n_seq,):
+        elif positions.shape == arrays[0].shape[:-3] + (n_seq,):
             strides = (n_seq, 1, 0)
         else:
             return None
     else:
         return None
-    results = arrays if in_place else tuple(np.empty_like(a) for a in arrays)
-    angles = _kernel.angles(window.angles, positions, offset, strides)
-    status = call.run(tuple(zip(arrays, results)), angles)
+    results = arrays if in_place else [np.empty_like(a) for a in arrays]
+    status = call.run(arrays, results, window.angles, positions, offset, strides)
     if status:
         if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
             return None                      # nothing; the general path grows the cache
