@@ -7,7 +7,15 @@ cores. ``pyrope.reference`` is the standard-library
 reference the kernel is tested against. Long-context frequency rules
 (PI, NTK, YaRN, Llama 3, LongRoPE, ...) live in ``pyrope.scaling``, model
 configs are read by ``pyrope.config`` and the contract is ``pyrope.contract``.
+
+``import pyrope`` loads the core only: what it takes to resolve a rope and
+rotate with it (plus the numpy-only ``cache``, ``layout``, ``positions`` and
+``onnx_interop`` helpers). The tools (``check``, ``testing``, ``reference``,
+``cli``, ``demo``, ``spectrum``, ``benchmark``) load on first use, as
+``pyrope.check`` or ``import pyrope.check``.
 """
+import importlib as _importlib
+
 from ._kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
 from .config import load_hf_config, rope_arguments_from_hf_config
 from .contract import fingerprint, make_contract, resolved_from_contract
@@ -17,7 +25,10 @@ from .scaling import (NTK, Default, Dynamic, FreqFactors, Llama3, Linear, LongRo
                       Resolved, Yarn, resolve)
 from .onnx_interop import from_hf, from_vllm, onnx_caches, onnx_rotary_embedding, to_hf, to_vllm
 from .positions import PartialRotary, apply_varlen, varlen_positions
-from . import cache, check, layout, positions, testing
+from . import cache, layout, positions
+
+# tools: submodules loaded on first attribute access (PEP 562), never by `import pyrope`
+_LAZY_SUBMODULES = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 
 __version__ = "0.1.0"
 __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
@@ -27,3 +38,14 @@ __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_i
            "make_contract", "fingerprint", "resolved_from_contract",
            "PartialRotary", "apply_varlen", "varlen_positions", "onnx_rotary_embedding", "onnx_caches",
            "from_hf", "to_hf", "from_vllm", "to_vllm", "cache", "check", "layout", "positions", "testing"]
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        # import_module binds the submodule in this namespace, so this runs once per name
+        return _importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

@@ -1,14 +1,9 @@
 """Shared fixtures: run kernel tests on every instruction set this CPU has;
-load the plain-Python scaling rules by path as the oracle."""
-import importlib.util
-import pathlib
-
+the plain-Python scaling rules (tests/reference_rules.py) as the oracle."""
 import numpy as np
 import pytest
 
 import pyrope
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(params=pyrope.supported_isas())
@@ -24,19 +19,11 @@ def rng():
     return np.random.default_rng(20261129)
 
 
-def _load_reference_rules():
-    # by path, so the oracle never goes through the package it checks
-    path = ROOT / "pyrope" / "reference_rules.py"
-    spec = importlib.util.spec_from_file_location("pyrope_reference_rules_oracle", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def ref():
-    """The plain-Python scaling rules of pyrope/reference_rules.py, loaded by path."""
-    return _load_reference_rules()
+    """The plain-Python scaling rules of tests/reference_rules.py (no pyrope imports)."""
+    import reference_rules
+    return reference_rules
 
 
 def pytest_terminal_summary(terminalreporter):

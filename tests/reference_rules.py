@@ -1,9 +1,9 @@
 """Plain-Python oracle for the long-context frequency rules.
 
-Standard library only, no numpy, no imports from the pyrope package, so a test
-can load this file by path and use it as an independent check of
-``pyrope.scaling``.  Each function is written pair by pair, straight from the
-published definition (transformers' ``modeling_rope_utils``, the YaRN, LongRoPE
+Standard library only, no numpy, no imports from the pyrope package: an
+independent check of ``pyrope.scaling`` that lives with the tests and is not
+installed with the package.  Each function is written pair by pair, straight
+from the published definition (transformers' ``modeling_rope_utils``, the YaRN, LongRoPE
 and position-interpolation papers, Meta's Llama 3.1 reference code), favouring
 readability over speed.
 
