@@ -91,6 +91,7 @@ if _MISSING_DTYPES:  # pragma: no cover
 # cffi types by name, looked up once: a type given as a string costs a parse per call
 _BUFFER_TYPES = {n: ffi.typeof(n + "[]") for n in ("char", "float", "double", "int64_t", "uint8_t")}
 _POINTER_TYPES = {n: ffi.typeof(n + " *") for n in _BUFFER_TYPES}
+_CHARS = _BUFFER_TYPES["char"]
 
 
 def pointer(a, writable=False, ctype="char"):
@@ -102,7 +103,7 @@ def pointer(a, writable=False, ctype="char"):
     a second guard), whose pointer is the first element's; other views, which
     numpy does not export as a plain buffer, by their address."""
     try:
-        return ffi.from_buffer(_BUFFER_TYPES[ctype], a, writable)
+        return ffi.from_buffer(_CHARS if ctype == "char" else _BUFFER_TYPES[ctype], a, writable)
     except (BufferError, builtins.ValueError):  # numpy: "ndarray is not C-contiguous"
         if writable and not a.flags.writeable:
             raise
@@ -291,18 +292,16 @@ class Call:
     """The C descriptors of one planned rotation, without its data pointers.
 
     Built once per plan shape (the planner memoises it), so a repeated call
-    only fills in where its arrays and positions are. The ``rope_op`` (one
-    per thread count) is never written after it is made; the tensor and
-    angle descriptors a call fills in are its thread's own, so concurrent
-    calls never share a struct that is being filled."""
+    only fills in where its arrays and positions are. Every thread has its
+    own descriptors (op, tensors, angles), so concurrent calls never share a
+    struct that is being filled."""
 
-    __slots__ = ("_fields", "_ops", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads")
+    __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads")
 
     def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
         self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
                             n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
-        self._ops = {}
         self._template = [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors]
         self._local = threading.local()
         self.n_tensors = len(tensors)
@@ -310,11 +309,14 @@ class Call:
         self.n_heads = tuple(h for h, _, _ in tensors)
 
     def _bind(self):
-        """This thread's [tensor entries, tensor array, angles, what the angles
-        hold: a template (offset source), (template, strides) (a position list)
-        or None] -- made on its first call."""
+        """This thread's [op, its thread count, tensor entries, tensor array,
+        angles, what the angles hold: a template (offset source), (template,
+        strides) (a position list) or None] -- made on its first call, and
+        again when the thread count changes (a call in flight keeps its op)."""
         t = ffi.new("rope_tensor[]", self._template)
-        bound = self._local.bound = [[t[i] for i in range(self.n_tensors)], t, ffi.new("rope_angles *"), None]
+        op = ffi.new("rope_op *", dict(self._fields, n_threads=NUM_THREADS))
+        bound = [op, NUM_THREADS, [t[i] for i in range(self.n_tensors)], t, ffi.new("rope_angles *"), None]
+        self._local.bound = bound
         return bound
 
     def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
@@ -325,19 +327,18 @@ class Call:
         token (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
         ``(n_components, pair_component uint8 array)`` per token.
         Returns the C status (see :func:`raise_for_status`)."""
-        op = self._ops.get(NUM_THREADS)
-        if op is None:
-            op = self._ops[NUM_THREADS] = ffi.new("rope_op *", dict(self._fields, n_threads=NUM_THREADS))
         try:
             bound = self._local.bound
         except AttributeError:
             bound = self._bind()
-        entries, t, a, held = bound
+        op, threads, entries, t, a, held = bound
+        if threads != NUM_THREADS:
+            op, threads, entries, t, a, held = bound = self._bind()
         # a keeps what the last call on this thread set: refill only what differs
         if positions is None:
             if held is not template:
                 ffi.memmove(a, template, _ANGLES_SIZE)
-                bound[3] = template
+                bound[5] = template
             a.offset = offset
         else:
             if held is None or held[0] is not template or held[1] != strides or sections is not None:
@@ -345,12 +346,12 @@ class Call:
                 a.strides = strides
                 if sections is None:
                     a.source = _POS_LIST
-                    bound[3] = (template, strides)
+                    bound[5] = (template, strides)
                 else:
                     a.source = _POS_SECTIONS
                     a.n_components = sections[0]
                     a.pair_component = pointer(sections[1], False, "uint8_t")
-                    bound[3] = None
+                    bound[5] = None
             a.positions = pointer(positions, False, "int64_t")
         for d, x, out in zip(entries, sources, results):
             d.x = px = pointer(x)

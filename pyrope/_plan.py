@@ -206,7 +206,7 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
 
 # ---- the memo: repeated calls on C-contiguous arrays ---------------------------------
 
-_CALLS = {}
+CALLS = {}
 _MAX_CALLS = 512
 
 
@@ -217,22 +217,25 @@ def same_tokens(q, k, seq_axis):
     return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
 
 
-def direct_call(arrays, seq_axis, layout, inverse, rotary_dim, head_dim):
+def direct_key(arrays, seq_axis, inverse, rope_key):
+    """The memo key of :func:`direct_call`: shapes, dtypes, options, and
+    ``rope_key`` (layout, rotary_dim, head_dim) of the rope."""
+    if len(arrays) == 1:
+        x = arrays[0]
+        return (x.shape, x.dtype, seq_axis, inverse, rope_key)
+    return (tuple([(a.shape, a.dtype) for a in arrays]), seq_axis, inverse, rope_key)
+
+
+def direct_call(key, arrays, seq_axis, inverse, rope_key):
     """The ``_kernel.Call`` for C-contiguous ``arrays`` (one per tensor, each
     rotated in place or into a fresh C-contiguous array of its shape), or None
     when they need the general path (fewer than 3 dims, empty, another head
     size or a dtype the kernel lacks, q and k of other dtypes or tokens).
     Planned by the same view code as :func:`plan_rotation` the first time
-    their shapes and dtypes are seen, then a dict lookup."""
+    their shapes and dtypes are seen; callers look ``CALLS[key]`` up first
+    (``key`` from :func:`direct_key`), so a repeated call is a dict lookup."""
     first = arrays[0]
-    if len(arrays) == 1:
-        key = (first.shape, first.dtype, seq_axis, inverse, layout, rotary_dim, head_dim)
-    else:
-        key = (tuple([(a.shape, a.dtype) for a in arrays]), seq_axis, inverse, layout, rotary_dim, head_dim)
-    try:
-        return _CALLS[key]
-    except KeyError:
-        pass
+    layout, rotary_dim, head_dim = rope_key
     call = None
     if (all(a.ndim >= 3 and a.size and a.shape[-1] == head_dim and a.dtype == first.dtype for a in arrays)
             and first.dtype in _kernel.DTYPE_CODES
@@ -241,7 +244,7 @@ def direct_call(arrays, seq_axis, layout, inverse, rotary_dim, head_dim):
         v = views[0]
         call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim,
                             [(w.shape[2], element_strides(w), element_strides(w)) for w in views])
-    if len(_CALLS) >= _MAX_CALLS:
-        _CALLS.clear()
-    _CALLS[key] = call
+    if len(CALLS) >= _MAX_CALLS:
+        CALLS.clear()
+    CALLS[key] = call
     return call

@@ -45,7 +45,7 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_fingerprint", "_tables")
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_plan_key")
 
     def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
         if layout is _MISSING:
@@ -69,6 +69,7 @@ class Rope:
         self._resolved = resolved
         self._fingerprint = None
         self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
+        self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
 
     @classmethod
     def from_hf_config(cls, config, *, layout="split_half", seq_len=None, layer_type=None):
@@ -362,7 +363,8 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
             return None
     if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
         return None
-    call = _plan.direct_call(arrays, seq_axis, rope._layout, inverse, rope._rotary_dim, rope._head_dim)
+    key = _plan.direct_key(arrays, seq_axis, inverse, rope._plan_key)
+    call = _plan.CALLS.get(key) or _plan.direct_call(key, arrays, seq_axis, inverse, rope._plan_key)
     if call is None:
         return None
     n_seq = call.n_seq
@@ -370,8 +372,10 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
         if offset < window.start or offset + n_seq > window.stop:
             return None
         strides = None
-    elif (type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64
-          and positions.flags.c_contiguous and positions.flags.aligned and positions.size):
+    elif type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64 and positions.size:
+        pflags = positions.flags
+        if not pflags.c_contiguous or not pflags.aligned:
+            return None
         if positions.shape == (n_seq,):
             strides = (0, 1, 0)
         elif positions.shape == arrays[0].shape[:-3] + (n_seq,):
@@ -380,7 +384,12 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
             return None
     else:
         return None
-    results = arrays if in_place else [np.empty_like(a) for a in arrays]
+    if in_place:
+        results = arrays
+    elif len(arrays) == 1:
+        results = (np.empty_like(arrays[0]),)
+    else:
+        results = (np.empty_like(arrays[0]), np.empty_like(arrays[1]))
     status = call.run(arrays, results, window.angles, positions, offset, strides)
     if status:
         if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
