@@ -33,13 +33,6 @@ static int reach_ok(const int64_t *n, const int64_t *s, int dims, int64_t extent
     return 1;
 }
 
-static inline int64_t position_at(const rope_angles *a, int64_t b, int64_t s, int c)
-{
-    if (a->source == ROPE_POS_OFFSET)
-        return a->offset + s;
-    return a->positions[b * a->strides[0] + s * a->strides[1] + c * a->strides[2]];
-}
-
 /* Is position p one the angle source can serve? */
 static inline int servable(const rope_angles *a, int64_t p)
 {
@@ -101,29 +94,23 @@ int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int6
     for (int64_t b = 0; b < n_batch; b++)
         for (int64_t s = 0; s < n_seq; s++)
             for (int c = 0; c < n_comp; c++)
-                if (!servable(a, position_at(a, b, s, c)))
+                if (!servable(a, rope_position_at(a, b, s, c)))
                     return ROPE_E_POSITION;
     return ROPE_OK;
 }
 
-void rope_token_row(const rope_angles *a, rope_table_f32_fn table, int64_t half,
-                    int64_t b, int64_t s, float *scratch, const float **cos_row,
-                    const float **sin_row)
+void rope_token_row_built(const rope_angles *a, rope_table_f32_fn table, int64_t half,
+                          int64_t b, int64_t s, float *scratch, const float **cos_row,
+                          const float **sin_row)
 {
     float *rc = scratch, *rs = scratch + ROPE_MAX_OTF_HALF;
     if (a->source != ROPE_POS_SECTIONS) {
-        const int64_t pos = position_at(a, b, s, 0);
-        if (rope_angles_tabled(a)) {
-            const int64_t r = (int64_t)((uint64_t)pos - (uint64_t)a->table_start);
-            *cos_row = a->cos_table + r * half;
-            *sin_row = a->sin_table + r * half;
-            return;
-        }
+        const int64_t pos = rope_position_at(a, b, s, 0);
         table(&pos, 0, 1, a->inv_freq, half, a->scale, rc, rs);
     } else if (rope_angles_tabled(a)) {
         int64_t row[ROPE_MAX_COMPONENTS];
         for (int c = 0; c < a->n_components; c++)
-            row[c] = (int64_t)((uint64_t)position_at(a, b, s, c) - (uint64_t)a->table_start) * half;
+            row[c] = (int64_t)((uint64_t)rope_position_at(a, b, s, c) - (uint64_t)a->table_start) * half;
         for (int64_t i = 0; i < half; i++) {
             const int64_t e = row[a->pair_component[i]] + i;
             rc[i] = a->cos_table[e];
@@ -133,7 +120,7 @@ void rope_token_row(const rope_angles *a, rope_table_f32_fn table, int64_t half,
         /* one component's whole row at a time, its pairs' entries kept */
         float *tc = scratch + 2 * ROPE_MAX_OTF_HALF, *ts = scratch + 3 * ROPE_MAX_OTF_HALF;
         for (int c = 0; c < a->n_components; c++) {
-            const int64_t pos = position_at(a, b, s, c);
+            const int64_t pos = rope_position_at(a, b, s, c);
             table(&pos, 0, 1, a->inv_freq, half, a->scale, tc, ts);
             for (int64_t i = 0; i < half; i++)
                 if (a->pair_component[i] == c) {

@@ -21,11 +21,35 @@ static inline int rope_angles_tabled(const rope_angles *a)
     return a->cos_table != NULL;
 }
 
+/* Position component c of token (b, s). */
+static inline int64_t rope_position_at(const rope_angles *a, int64_t b, int64_t s, int c)
+{
+    if (a->source == ROPE_POS_OFFSET)
+        return a->offset + s;
+    return a->positions[b * a->strides[0] + s * a->strides[1] + c * a->strides[2]];
+}
+
+/* A row rope_token_row cannot point to in a table: made into scratch. */
+void rope_token_row_built(const rope_angles *a, rope_table_f32_fn table, int64_t half,
+                          int64_t b, int64_t s, float *scratch, const float **cos_row,
+                          const float **sin_row);
+
 /* The cos and sin rows (half entries each) of token (b, s) of a checked a:
  * a table row, or one built into scratch (ROPE_ROW_SCRATCH floats) with the
- * table kernel given. */
-void rope_token_row(const rope_angles *a, rope_table_f32_fn table, int64_t half,
-                    int64_t b, int64_t s, float *scratch, const float **cos_row,
-                    const float **sin_row);
+ * table kernel given. Inline: one position per token from a table is the
+ * common case, a few instructions per token. */
+static inline void rope_token_row(const rope_angles *a, rope_table_f32_fn table, int64_t half,
+                                  int64_t b, int64_t s, float *scratch, const float **cos_row,
+                                  const float **sin_row)
+{
+    if (a->source != ROPE_POS_SECTIONS && rope_angles_tabled(a)) {
+        const int64_t pos = rope_position_at(a, b, s, 0);
+        const int64_t r = (int64_t)((uint64_t)pos - (uint64_t)a->table_start);
+        *cos_row = a->cos_table + r * half;
+        *sin_row = a->sin_table + r * half;
+        return;
+    }
+    rope_token_row_built(a, table, half, b, s, scratch, cos_row, sin_row);
+}
 
 #endif
