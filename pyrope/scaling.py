@@ -540,6 +540,10 @@ class LongRope:
             attention, how = self.attention_factor, "given"
         elif factor <= 1.0:
             attention, how = 1.0, "factor<=1"
+        elif original < 2:  # ln(original) = 0
+            raise ValueError(f"{r}: the attention factor sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) "
+                             f"needs 'original_max_position_embeddings' > 1, got {original}; "
+                             "pass 'attention_factor'")
         else:
             attention = math.sqrt(1 + math.log(factor) / math.log(original))
             how = "sqrt(1+ln(factor)/ln(original))"
