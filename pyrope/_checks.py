@@ -9,10 +9,50 @@ import operator
 
 import numpy as np
 
+from ._kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
 from .errors import OverflowError, TypeError, ValueError
 
 LAYOUT_NAMES = ("interleaved", "split_half")
-MAX_POSITION = 2**31 - 1  # |position| bound of the exact angle computation
+
+# The kernel's limits (pyrope.h, read by _kernel), as messages state them.
+
+
+def _power_of_two(x):
+    """``"2**-32"`` for a power of two, else the float's repr."""
+    mantissa, exponent = math.frexp(x)
+    return f"2**{exponent - 1}" if mantissa == 0.5 else repr(x)
+
+
+POSITION_LIMIT = f"+-{MAX_POSITION} (ROPE_MAX_POSITION)"
+INV_FREQ_LIMIT = f"the kernel's largest frequency {MAX_INV_FREQ!r} (ROPE_MAX_INV_FREQ)"
+SCALE_LIMIT = (f"the kernel's range [{_power_of_two(MIN_SCALE)}, {_power_of_two(MAX_SCALE)}] "
+               f"(ROPE_MIN_SCALE, ROPE_MAX_SCALE)")
+
+
+def inv_freq_problem(value):
+    """Why the kernel cannot serve frequency ``value`` (a phrase), or None when it can."""
+    if value != value or value < 0:
+        return "must be finite and >= 0"
+    if value > MAX_INV_FREQ:
+        return f"exceeds {INV_FREQ_LIMIT}"
+    return None
+
+
+def first_inv_freq_problem(values):
+    """``(index, value, phrase)`` of the first frequency in a float64 vector the
+    kernel cannot serve, or None when it serves them all."""
+    bad = ~((values >= 0) & (values <= MAX_INV_FREQ))  # NaN compares false: bad
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    return i, float(values[i]), inv_freq_problem(float(values[i]))
+
+
+def scale_problem(value):
+    """Why the kernel cannot serve attention factor ``value`` (a phrase), or None."""
+    if MIN_SCALE <= value <= MAX_SCALE:  # NaN and infinities fail
+        return None
+    return f"is outside {SCALE_LIMIT}"
 
 
 def as_int(name, value):
@@ -55,7 +95,7 @@ def as_layout(value):
 
 
 def as_positions(name, value):
-    """An int64 array of token positions, each within +-MAX_POSITION.
+    """An int64 array of token positions, each within +-MAX_POSITION (pyrope.h).
 
     Accepts integer arrays, Python ints and nested lists of ints; floats,
     bools, objects and values beyond int64 are refused, never cast.
@@ -66,18 +106,18 @@ def as_positions(name, value):
         try:
             arr = np.asarray(value)
         except (builtins.OverflowError, builtins.ValueError):
-            raise OverflowError(f"{name} must hold integers within +-{MAX_POSITION}, got {value!r}") from None
+            raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got {value!r}") from None
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
         if arr.dtype == object and arr.size and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
-            raise OverflowError(f"{name} must hold integers within +-{MAX_POSITION}, got values beyond int64")
+            raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got values beyond int64")
         raise TypeError(f"{name} must be an integer array (int8..int64, uint8..uint64), got dtype {arr.dtype}")
     if arr.size:
         lo, hi = int(arr.min()), int(arr.max())
         if hi > np.iinfo(np.int64).max:
-            raise OverflowError(f"{name} must lie within +-{MAX_POSITION} (2**31 - 1), got {hi} (beyond int64)")
+            raise OverflowError(f"{name} must lie within {POSITION_LIMIT}, got {hi} (beyond int64)")
         if lo < -MAX_POSITION or hi > MAX_POSITION:
             bad = lo if lo < -MAX_POSITION else hi
-            raise ValueError(f"{name} must lie within +-{MAX_POSITION} (2**31 - 1), got {bad}")
+            raise ValueError(f"{name} must lie within {POSITION_LIMIT}, got {bad}")
     return arr.astype(np.int64, copy=False)
 
 

@@ -23,7 +23,8 @@ import builtins
 
 import numpy as np
 
-from ._checks import MAX_POSITION, as_positions
+from . import _kernel
+from ._checks import MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, as_positions, scale_problem
 from ._explicit import explicit_rope, unit_twin
 from .errors import TypeError, ValueError
 
@@ -31,6 +32,20 @@ from .errors import TypeError, ValueError
 def _rope_type():
     from .rope import Rope
     return Rope
+
+
+def _token_shape(rope, k, seq_axis):
+    """``(batch_shape, n_seq)`` of keys ``k``, checked under the name the caller
+    gave them (the rotations below would call them ``x``)."""
+    as_float_array("k", k, _kernel.ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
+    if k.ndim < 3:
+        raise ValueError(f"k must have at least 3 dims ([seq, heads, head_dim] or with batch dims), got shape {k.shape}")
+    if k.shape[-1] != rope.head_dim:
+        raise ValueError(f"k.shape[-1] must equal head_dim={rope.head_dim}, got shape {k.shape}")
+    if isinstance(seq_axis, (bool, np.bool_)) or as_int("seq_axis", seq_axis) not in (-3, -2):
+        raise ValueError(f"seq_axis must be -3 ([..., seq, heads, dim]) or -2 ([..., heads, seq, dim]), "
+                         f"got {seq_axis!r}")
+    return k.shape[:-3], k.shape[int(seq_axis)]
 
 
 def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
@@ -44,7 +59,8 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
 
     One pass: each key turns by ``(to - from) * inv_freq``, an exact integer
     position delta, with the rope's attention factor applied once (the
-    keys already carry it). ``|to - from|`` must stay within 2**31 - 1.
+    keys already carry it). ``|to - from|`` must stay within 2**31 - 1
+    (``ROPE_MAX_POSITION``).
     Returns ``k``. See the module notes: this fixes this layer's keys only.
     """
     if not isinstance(rope, _rope_type()):
@@ -58,9 +74,13 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
                          f"to one shape") from None
     delta = dst - src
     if delta.size and int(np.max(np.abs(delta))) > MAX_POSITION:
-        raise ValueError(f"to_positions - from_positions must lie within +-{MAX_POSITION}, got "
+        raise ValueError(f"to_positions - from_positions must lie within {POSITION_LIMIT}, got "
                          f"{int(delta.reshape(-1)[np.argmax(np.abs(delta))])}")
-    if isinstance(k, np.ndarray) and not k.flags.writeable:
+    batch_shape, n_seq = _token_shape(rope, k, seq_axis)
+    if delta.ndim == 0 or delta.shape[-1] != n_seq or not _broadcasts(delta.shape[:-1], batch_shape):
+        raise ValueError(f"from_positions and to_positions must have shape [seq] or [*batch, seq] with "
+                         f"seq={n_seq} and batch {tuple(batch_shape)} of k {k.shape}, got {delta.shape}")
+    if not k.flags.writeable:
         raise ValueError("k is read-only (rerotate works in place)")
     return unit_twin(rope).apply(k, positions=delta, seq_axis=seq_axis, out=k)
 
@@ -87,6 +107,15 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
                          f"a layout change permutes the projection weights (pyrope.layout), not cached keys")
     # attention factors are > 0 (Resolved refuses 0), so the ratio is defined
     ratio = to_rope.attention_factor / rope.attention_factor
+    why = scale_problem(ratio)
+    if why is not None:
+        raise ValueError(f"to_rope.attention_factor / rope.attention_factor = {to_rope.attention_factor!r} / "
+                         f"{rope.attention_factor!r} = {ratio!r} (the factor the conversion applies) {why}")
+    _token_shape(rope, k, seq_axis)
+    if out is not None and out is not k:
+        as_float_array("out", out, (k.dtype,))
+        if out.shape != k.shape:
+            raise ValueError(f"out must have the shape of k {k.shape}, got {out.shape}")
     forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
         to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,
         rule="conversion")
@@ -97,3 +126,11 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
         # tmp is a fresh array; write the result straight into k.
         return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=k)
     return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=tmp)
+
+
+def _broadcasts(shape, batch_shape):
+    """Do positions with leading dims ``shape`` broadcast to ``batch_shape``?"""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(batch_shape)) == tuple(batch_shape)
+    except builtins.ValueError:
+        return False

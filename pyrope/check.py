@@ -11,7 +11,7 @@ independent computation with a stated float32 bound:
   near 2**30 (an absolute-position error shows up here);
 - ``inverse``: rotating back restores the vectors;
 - ``table``: cos/sin tables at the largest positions (the target window,
-  2**31 - 1) within 1 float32 ulp of the exact values;
+  ``ROPE_MAX_POSITION`` = 2**31 - 1) within 1 float32 ulp of the exact values;
 - ``layout`` (with projection weights and ``weights_layout``): scores of
   the weights' projections under the rope equal scores under the weights'
   own layout; a checkpoint in one layout run by a kernel of the other fails;
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import reference
+from ._kernel import MAX_POSITION
 from .errors import TypeError, ValueError
 
 EPS32 = 2.0**-23
@@ -292,7 +293,7 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
         lambda: _check_norm(rope, both, positions),
         lambda: _check_relative(rope, q, k, tuple(int(t) for t in shifts)),
         lambda: _check_inverse(rope, both, positions),
-        lambda: _check_table(rope, tuple(sorted({max(positions), 2**31 - 1} | ({window} if window else set())))),
+        lambda: _check_table(rope, tuple(sorted({max(positions), MAX_POSITION} | ({window} if window else set())))),
     ]
     if weights_layout is not None:
         steps.append(lambda: _check_layout(rope, q, k, weights_layout))

@@ -34,6 +34,7 @@ import json
 import math
 import numbers
 
+from ._checks import inv_freq_problem, scale_problem
 from .errors import TypeError, ValueError
 from .scaling import Resolved
 
@@ -77,9 +78,11 @@ def resolved_from_contract(d: dict):
     """Validate a contract and return ``(layout, head_dim, Resolved)``.
 
     Refuses (``ValueError``/``TypeError`` naming the key) a wrong format
-    version, missing or unknown keys, malformed hex floats, negative or
-    non-finite frequencies, a ``rotary_dim`` that is not ``2 * len(inv_freq)``
-    or exceeds ``head_dim``.
+    version, missing or unknown keys, malformed hex floats, what the kernel
+    cannot serve (a frequency that is negative, not finite or above
+    ``ROPE_MAX_INV_FREQ``; an attention factor outside ``[ROPE_MIN_SCALE,
+    ROPE_MAX_SCALE]``), a ``rotary_dim`` that is not ``2 * len(inv_freq)`` or
+    exceeds ``head_dim``.
     """
     if not isinstance(d, dict):
         raise TypeError(f"contract must be a dict, got {type(d).__name__}")
@@ -100,15 +103,17 @@ def resolved_from_contract(d: dict):
         raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {freqs!r}")
     inv_freq = [_from_hex(f"inv_freq[{i}]", s) for i, s in enumerate(freqs)]
     for i, v in enumerate(inv_freq):
-        if v < 0:
-            raise ValueError(f"contract: 'inv_freq' values must be >= 0, got inv_freq[{i}] = {freqs[i]!r}")
+        why = inv_freq_problem(v)
+        if why is not None:
+            raise ValueError(f"contract: 'inv_freq[{i}]' = {freqs[i]!r} ({v!r}) {why}")
     if rotary_dim != 2 * len(inv_freq):
         raise ValueError(f"contract: 'rotary_dim' {rotary_dim} must be 2 * len(inv_freq) = {2 * len(inv_freq)}")
     if rotary_dim > head_dim:
         raise ValueError(f"contract: 'rotary_dim' {rotary_dim} exceeds 'head_dim' {head_dim}")
     attention = _from_hex("attention_factor", d["attention_factor"])
-    if not attention > 0:
-        raise ValueError(f"contract: 'attention_factor' must be > 0, got {attention!r}")
+    why = scale_problem(attention)
+    if why is not None:
+        raise ValueError(f"contract: 'attention_factor' = {d['attention_factor']!r} ({attention!r}) {why}")
     rule = d["rule"]
     if not isinstance(rule, str) or not rule:
         raise ValueError(f"contract: 'rule' must be a non-empty str, got {rule!r}")
@@ -163,9 +168,7 @@ def _from_hex(key, text):
         value = float.fromhex(text)
     except (builtins.ValueError, builtins.OverflowError):
         raise ValueError(f"contract: {key!r} is not a hex float: {text!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"contract: {key!r} must be finite, got {text!r}")
-    return value
+    return value  # its range is checked against the kernel's limits by the caller
 
 
 def _check_json_params(value, path):

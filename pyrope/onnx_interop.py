@@ -11,7 +11,7 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
 import numpy as np
 
 from . import _kernel, _plan
-from ._checks import as_float_array, as_int
+from ._checks import MAX_POSITION, as_float_array, as_int
 from .errors import TypeError, ValueError
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
@@ -174,6 +174,7 @@ def to_vllm(cos, sin):
 def onnx_caches(rope, max_pos):
     """The rope's ``(cos_cache, sin_cache)`` for positions ``0..max_pos-1`` (ONNX format)."""
     max_pos = as_int("max_pos", max_pos)
-    if max_pos <= 0:
-        raise ValueError(f"max_pos must be positive, got {max_pos}")
+    if not 0 < max_pos <= MAX_POSITION + 1:
+        raise ValueError(f"max_pos must be positive and at most {MAX_POSITION + 1} (positions "
+                         f"0..max_pos-1 within ROPE_MAX_POSITION), got {max_pos}")
     return rope.cos_sin(np.arange(max_pos, dtype=np.int64))

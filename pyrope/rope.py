@@ -13,7 +13,7 @@ from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int
 from .config import rope_arguments_from_hf_config
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract
-from .errors import TypeError, ValueError
+from .errors import RopeError, TypeError, ValueError
 from ._table_cache import TableCache
 from .scaling import resolve
 
@@ -96,7 +96,17 @@ class Rope:
         key of a malformed contract.
         """
         layout, head_dim, resolved = resolved_from_contract(contract)
-        base = resolved.params.get("base", 10000.0)  # informational: inv_freq is taken as is
+
+        def checked(key, check, *args):  # what a contract may hold but a Rope cannot take
+            try:
+                return check(*args)
+            except RopeError as exc:
+                raise type(exc)(f"contract: {key!r}: {exc}") from None
+
+        checked("layout", as_layout, layout)
+        checked("head_dim", as_even_dim, "head_dim", head_dim)
+        # informational: inv_freq is taken as is
+        base = checked("params.base", as_base, resolved.params.get("base", 10000.0))
         return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved)
 
     def contract(self):

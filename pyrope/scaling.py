@@ -13,7 +13,9 @@ field names, plus ``rope_type``/``type`` and, as in transformers 5's
 ``rope_parameters``, ``rope_theta`` and ``partial_rotary_factor`` (checked
 against ``base`` and ``rotary_dim``).  Unknown rules, unknown keys, missing
 keys and contradictory values raise ``ValueError`` naming the key; wrong types
-raise ``TypeError``.
+raise ``TypeError``.  So does a rule whose frequencies or attention factor the
+kernel cannot serve (limits of ``pyrope.h``): the message names the parameter
+that produced the value, the value and the limit.
 
 Notation in the docstrings: ``d`` = rotary_dim, ``b`` = base,
 ``theta_i = b ** (-2i/d)`` for pair ``i = 0 .. d/2 - 1``, ``s`` = factor,
@@ -28,11 +30,14 @@ import builtins
 import math
 import numbers
 import operator
+from collections import namedtuple
 from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
 import numpy as np
 
+from ._checks import first_inv_freq_problem, scale_problem
+from ._kernel import MAX_INV_FREQ
 from .errors import TypeError, ValueError
 
 __all__ = [
@@ -65,6 +70,12 @@ class Resolved:
     is the transformers ``rope_type`` name; ``params`` the rule's resolved
     parameters (JSON-serialisable); ``original_window`` / ``target_window`` the
     pre-training and extended context lengths when the rule has them.
+
+    What the kernel cannot serve is refused here (``ValueError`` naming the
+    value and the limit, both from ``pyrope.h``): a frequency that is negative,
+    not finite or above ``ROPE_MAX_INV_FREQ``, an attention factor outside
+    ``[ROPE_MIN_SCALE, ROPE_MAX_SCALE]``.  When a rule produced it,
+    :func:`resolve` names the rule's parameter instead.
     """
 
     inv_freq: np.ndarray
@@ -75,21 +86,28 @@ class Resolved:
     target_window: int | None = None
 
     def __post_init__(self):
-        arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
+        if not isinstance(self.rule, str) or not self.rule:
+            raise TypeError(f"Resolved: rule must be a non-empty str, got {self.rule!r}")
+        who = f"Resolved (rule {self.rule!r})"
+        try:
+            arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
+        except (builtins.TypeError, builtins.ValueError, builtins.OverflowError):
+            raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {self.inv_freq!r}") from None
         if arr.ndim != 1 or arr.size == 0:
-            raise ValueError(f"inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
-        bad = ~np.isfinite(arr) | (arr < 0)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"inv_freq must hold finite values >= 0, got inv_freq[{i}] = {float(arr[i])!r}")
+            raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
+        problem = first_inv_freq_problem(arr)
+        if problem is not None:
+            i, value, why = problem
+            raise _limit_error(f"{who}: inv_freq[{i}] = {value!r} {why}", f"inv_freq[{i}]", value, why, i)
         arr.flags.writeable = False
         object.__setattr__(self, "inv_freq", arr)
-        factor = _positive_real("attention_factor", self.attention_factor, "Resolved")
+        factor = _real("attention_factor", self.attention_factor, who)
+        why = scale_problem(factor)
+        if why is not None:
+            raise _limit_error(f"{who}: attention_factor = {factor!r} {why}", "attention_factor", factor, why)
         object.__setattr__(self, "attention_factor", factor)
-        if not isinstance(self.rule, str) or not self.rule:
-            raise TypeError(f"rule must be a non-empty str, got {self.rule!r}")
         if not isinstance(self.params, dict):
-            raise TypeError(f"params must be a dict, got {type(self.params).__name__}")
+            raise TypeError(f"{who}: params must be a dict, got {type(self.params).__name__}")
         for name in ("original_window", "target_window"):
             value = getattr(self, name)
             if value is not None:
@@ -121,14 +139,44 @@ class Resolved:
 # --------------------------------------------------------------------------- argument checks
 
 
-def _positive_real(name, value, rule, *, allow_zero=False):
-    """``value`` as a float, which must be finite and > 0 (>= 0 with allow_zero)."""
+_Limit = namedtuple("_Limit", "key value why index")
+
+
+def _limit_error(message, key, value, why, index=None):
+    """A ``ValueError`` for a resolved value the kernel cannot serve. Its
+    ``limit`` attribute ``(key, value, why, index)`` names the value (``key``
+    ``"inv_freq[3]"`` or ``"attention_factor"``) and what is wrong with it (naming
+    the limit); :func:`resolve` re-raises it naming the rule's parameter."""
+    exc = ValueError(message)
+    exc.limit = _Limit(key, value, why, index)
+    return exc
+
+
+def _real(name, value, rule):
+    """``value`` as a float (an int too large for one becomes inf); bools and non-numbers are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{rule}: {name!r} must be a real number, got {value!r} ({type(value).__name__})")
-    out = float(value)
+    try:
+        return float(value)
+    except builtins.OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _positive_real(name, value, rule, *, allow_zero=False):
+    """``value`` as a float, which must be finite and > 0 (>= 0 with allow_zero)."""
+    out = _real(name, value, rule)
     if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{rule}: {name!r} must be finite and {bound}, got {value!r}")
+    return out
+
+
+def _attention_factor(name, value, rule):
+    """An attention factor given to a rule: a real number in the kernel's range."""
+    out = _real(name, value, rule)
+    why = scale_problem(out)
+    if why is not None:
+        raise ValueError(f"{rule}: {name!r} = {value!r} {why}")
     return out
 
 
@@ -205,6 +253,9 @@ class Linear:
     def __post_init__(self):
         object.__setattr__(self, "factor", _positive_real("factor", self.factor, self.rope_type))
 
+    def _blame(self, limit, head_dim, d, base):
+        return _divisor_blame(limit, "'factor'", self.factor, _base_theta(base, d))
+
     def _resolve(self, head_dim, d, base):
         return Resolved(_base_theta(base, d) / self.factor, 1.0, self.rope_type,
                         {"base": base, "factor": self.factor})
@@ -223,6 +274,9 @@ class NTK:
 
     def __post_init__(self):
         object.__setattr__(self, "factor", _positive_real("factor", self.factor, self.rope_type))
+
+    def _blame(self, limit, head_dim, d, base):
+        return f"'factor' = {self.factor!r}", None
 
     def _resolve(self, head_dim, d, base):
         scaled = base * self.factor ** _base_change_exponent(d, self.rope_type)
@@ -301,7 +355,8 @@ class Yarn:
         object.__setattr__(self, "beta_slow", pos("beta_slow", self.beta_slow, r))
         for name in ("mscale", "mscale_all_dim"):
             object.__setattr__(self, name, _optional(pos, name, getattr(self, name), r, allow_zero=True))
-        object.__setattr__(self, "attention_factor", _optional(pos, "attention_factor", self.attention_factor, r))
+        object.__setattr__(self, "attention_factor",
+                           _optional(_attention_factor, "attention_factor", self.attention_factor, r))
         if not isinstance(self.truncate, bool):
             raise TypeError(f"{r}: 'truncate' must be a bool, got {self.truncate!r}")
         if self.beta_fast <= self.beta_slow:
@@ -315,6 +370,15 @@ class Yarn:
                                     or self.max_position_embeddings is None):
             raise ValueError(f"{r}: needs 'factor', or both 'max_position_embeddings' and "
                              "'original_max_position_embeddings' to derive it")
+
+    def _blame(self, limit, head_dim, d, base):
+        if limit.index is None and self.attention_factor is None and self.mscale and self.mscale_all_dim:
+            return f"'mscale' = {self.mscale!r} over 'mscale_all_dim' = {self.mscale_all_dim!r}", None
+        if self.factor is None:
+            original = self.original_max_position_embeddings or self.max_position_embeddings
+            return (f"the factor 'max_position_embeddings' / 'original_max_position_embeddings' = "
+                    f"{self.max_position_embeddings / original!r}"), None
+        return f"'factor' = {self.factor!r}", None
 
     def _resolve(self, head_dim, d, base):
         original = self.original_max_position_embeddings or self.max_position_embeddings
@@ -394,6 +458,9 @@ class Llama3:
                 f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor}"
             )
 
+    def _blame(self, limit, head_dim, d, base):
+        return f"'factor' = {self.factor!r}", None
+
     def _resolve(self, head_dim, d, base):
         theta = _base_theta(base, d)
         s, lo, hi, window = self.factor, self.low_freq_factor, self.high_freq_factor, self.original_max_position_embeddings
@@ -440,14 +507,22 @@ class LongRope:
                              f"got {len(self.short_factor)} and {len(self.long_factor)}")
         for name in ("original_max_position_embeddings", "max_position_embeddings", "seq_len"):
             object.__setattr__(self, name, _optional(_positive_int, name, getattr(self, name), r))
-        for name in ("factor", "attention_factor"):
-            object.__setattr__(self, name, _optional(_positive_real, name, getattr(self, name), r))
+        object.__setattr__(self, "factor", _optional(_positive_real, "factor", self.factor, r))
+        object.__setattr__(self, "attention_factor",
+                           _optional(_attention_factor, "attention_factor", self.attention_factor, r))
         if self.original_max_position_embeddings is None and self.max_position_embeddings is None:
             raise ValueError(f"{r}: needs 'original_max_position_embeddings' (or 'max_position_embeddings')")
         if self.attention_factor is None and self.factor is None and (
                 self.original_max_position_embeddings is None or self.max_position_embeddings is None):
             raise ValueError(f"{r}: needs 'factor' or 'attention_factor', or both 'max_position_embeddings' and "
                              "'original_max_position_embeddings' to derive the attention factor")
+
+    def _blame(self, limit, head_dim, d, base):
+        original = self.original_max_position_embeddings or self.max_position_embeddings
+        name = "long_factor" if self.seq_len is not None and self.seq_len > original else "short_factor"
+        if limit.index is None:
+            return None, None
+        return _divisor_blame(limit, f"'{name}[{limit.index}]'", getattr(self, name)[limit.index], _base_theta(base, d))
 
     def _resolve(self, head_dim, d, base):
         r = self.rope_type
@@ -465,6 +540,10 @@ class LongRope:
             attention, how = self.attention_factor, "given"
         elif factor <= 1.0:
             attention, how = 1.0, "factor<=1"
+        elif original < 2:  # ln(original) = 0
+            raise ValueError(f"{r}: the attention factor sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) "
+                             f"needs 'original_max_position_embeddings' > 1, got {original}; "
+                             "pass 'attention_factor'")
         else:
             attention = math.sqrt(1 + math.log(factor) / math.log(original))
             how = "sqrt(1+ln(factor)/ln(original))"
@@ -497,6 +576,10 @@ class Proportional:
         if p is not None and p > 1:
             raise ValueError(f"{r}: 'partial_rotary_factor' must be in (0, 1], got {p}")
         object.__setattr__(self, "partial_rotary_factor", p)
+
+    def _blame(self, limit, head_dim, d, base):
+        theta = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+        return _divisor_blame(limit, "'factor'", self.factor, theta)
 
     def _resolve(self, head_dim, d, base):
         r = self.rope_type
@@ -534,7 +617,12 @@ class FreqFactors:
     def __post_init__(self):
         r = self.rope_type
         object.__setattr__(self, "factors", _factor_list("factors", self.factors, r))
-        object.__setattr__(self, "attention_factor", _positive_real("attention_factor", self.attention_factor, r))
+        object.__setattr__(self, "attention_factor", _attention_factor("attention_factor", self.attention_factor, r))
+
+    def _blame(self, limit, head_dim, d, base):
+        if limit.index is None:
+            return None, None
+        return _divisor_blame(limit, f"'factors[{limit.index}]'", self.factors[limit.index], _base_theta(base, d))
 
     def _resolve(self, head_dim, d, base):
         _check_pairs("factors", self.factors, self.rope_type, d)
@@ -630,7 +718,31 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
             f"resolve: 'scaling' must be None, a rule name, a dict, a Resolved or a rule object "
             f"({', '.join(c.__name__ for c in RULES.values())}), got {type(scaling).__name__}"
         )
-    return rule._resolve(head_dim, rotary_dim, base)
+    try:
+        return rule._resolve(head_dim, rotary_dim, base)
+    except ValueError as exc:
+        if getattr(exc, "limit", None) is None:
+            raise
+        raise ValueError(_limit_message(rule, exc.limit, head_dim, rotary_dim, base)) from None
+
+
+def _limit_message(rule, limit, head_dim, d, base):
+    """What the user passed that made ``rule`` produce a value the kernel cannot
+    serve (``limit``, a ``_Limit``): the rule's parameter, the value it gave, the
+    limit and, where the parameter divides a base frequency, the smallest value
+    allowed."""
+    blame = getattr(rule, "_blame", None)
+    source, fix = blame(limit, head_dim, d, base) if blame is not None else (None, None)
+    source = f"{source} gives" if source else "its parameters give"
+    message = f"{rule.rope_type}: {source} {limit.key} = {limit.value!r}, which {limit.why}"
+    return f"{message}; {fix}" if fix else message
+
+
+def _divisor_blame(limit, name, divisor, theta):
+    """``inv_freq[i] = theta[i] / divisor``: name the divisor and the smallest one the kernel serves."""
+    if limit.index is None:
+        return None, None
+    return f"{name} = {divisor!r}", f"{name} must be at least {float(theta[limit.index]) / MAX_INV_FREQ!r}"
 
 
 def _check_context(scaling, rule, head_dim, rotary_dim, base):
