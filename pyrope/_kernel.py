@@ -232,9 +232,10 @@ def empty_tables(n_pos, n_freq, dtype):
     return both[0], both[1]
 
 
-def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="cos_sin"):
+def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="positions"):
     """(cos, sin) of shape [len(positions), len(inv_freq)] for C-contiguous int64
-    positions, float32 (correctly rounded) or float64 (4 ulp contract)."""
+    positions, float32 (correctly rounded) or float64 (4 ulp contract). ``where``
+    names the user's argument the positions came from, for error messages."""
     n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
     wide = np.dtype(dtype) == np.float64
     fn = lib.rope_cos_sin_f64 if wide else lib.rope_cos_sin_f32
@@ -251,7 +252,7 @@ def cos_sin_table_f64(positions, inv_freq, scale):
     return cos_sin_table(positions, inv_freq, scale, np.float64)
 
 
-def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="cos_sin"):
+def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="positions"):
     """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
     when given: C-contiguous float32 [n_pos, len(inv_freq)])."""
     n_freq = inv_freq.shape[0]
@@ -367,4 +368,4 @@ def bandwidth_pass(a, xor_mask=0, n_threads=None):
                          f"{a.flags.c_contiguous}, writeable={a.flags.writeable}")
     status = lib.rope_bandwidth_pass(pointer(a, writable=True), a.nbytes, xor_mask,
                                      NUM_THREADS if n_threads is None else n_threads)
-    raise_for_status(status, "bandwidth_pass")
+    raise_for_status(status, "bandwidth_pass(a)")

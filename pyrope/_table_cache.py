@@ -55,9 +55,10 @@ class TableCache:
         """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
         return (TableCache, (self._inv_freq, self._scale))
 
-    def lookup(self, lo, hi):
+    def lookup(self, lo, hi, where="positions"):
         """A ``Window`` covering positions ``lo..hi-1``, or None when that span
-        is wider than the bound."""
+        is wider than the bound. ``where``: the user's argument that holds the
+        positions, named if building rows fails."""
         w = self.window
         if w is not None and w.start <= lo and hi <= w.stop:
             return w
@@ -67,10 +68,10 @@ class TableCache:
             w = self.window
             if w is not None and w.start <= lo and hi <= w.stop:
                 return w
-            self.window = w = self._grown(w, lo, hi)
+            self.window = w = self._grown(w, lo, hi, where)
             return w
 
-    def _grown(self, w, lo, hi):
+    def _grown(self, w, lo, hi, where):
         limit = self.max_rows
         if w is not None and max(hi, w[1]) - min(lo, w[0]) <= limit:
             start, stop = min(lo, w[0]), max(hi, w[1])
@@ -100,7 +101,7 @@ class TableCache:
         for a, b in ((start, keep_lo), (keep_hi, stop)):
             if b > a:
                 _kernel.cos_sin_range(a, b - a, self._inv_freq, self._scale,
-                                      cos[a - start:b - start], sin[a - start:b - start])
+                                      cos[a - start:b - start], sin[a - start:b - start], where)
         cos.flags.writeable = False
         sin.flags.writeable = False
         return Window(start, stop, cos, sin, self.angles_over(cos, sin, start))

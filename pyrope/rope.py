@@ -186,7 +186,7 @@ class Rope:
             lo, hi = offset, offset + n_seq
         else:
             lo, hi = int(positions.min()), int(positions.max()) + 1
-        window = self._tables.lookup(lo, hi)
+        window = self._tables.lookup(lo, hi, "offset" if positions is None else "positions")
         if window is not None:
             return window.angles, positions, window
         if angles == "auto" and otf_ok:
