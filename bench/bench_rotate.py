@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ml_dtypes  # noqa: F401 - the bench extra installs it: bfloat16 cases always run
-from pyrope import Rope, _kernel
+from pyrope import Rope
 from pyrope.benchmark import DTYPES, SHAPES, Case
 
 
@@ -35,20 +35,20 @@ def test_rotate(benchmark, results, case, dtype_name, layout):
 
 
 def test_call_overhead(benchmark, results):
-    """The Python layer of a decode call: apply() minus the bare C call it makes."""
-    from pyrope._kernel import ffi, lib
+    """The Python layer of a decode call: apply() minus the bare C call it makes
+    (the same descriptors, already filled)."""
+    from pyrope import _plan
+    from pyrope._kernel import lib
     shape = (16, 1, 32, 128)
     rope = Rope(128, layout="split_half")
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     k = x[:, :, :8].copy()
     rope.apply(x, offset=1000, out=x)
-    w, tables = rope._tables.window, rope._tables
-    px = ffi.from_buffer(x)
+    call = _plan.CALLS[_plan.direct_key((x,), -3, False, rope._plan_key)]
+    op, _, _, tensors, angles, _ = call._local.bound
 
     def c_call():
-        lib.rope_rotate(0, 1, 0, px, px, 16, 1, 32, 128, 128, 4096, 4096, 128, 4096, 4096, 128,
-                        ffi.NULL, 0, 0, 1000, w[4], w[5], w[0], w[1] - w[0], tables.inv_freq_ptr, 1.0,
-                        _kernel.NUM_THREADS)
+        lib.rope_rotate(op, tensors, 1, angles)
 
     calls = {"apply": lambda: rope.apply(x, offset=1000, out=x), "c_call": c_call,
              "apply_qk": lambda: rope.apply_qk(x, k, offset=1000, out=(x, k))}

@@ -15,6 +15,11 @@
 
 /* ---- the registry -------------------------------------------------------- */
 
+/* The entries, each defined in its own file on every platform (supported()
+ * is 0 where it cannot run), in priority order: the best supported one wins. */
+extern const rope_isa rope_isa_scalar;   /* below */
+extern const rope_isa rope_isa_avx2;     /* isa_avx2.c */
+
 static const rope_isa *const REGISTRY[] = {
     &rope_isa_scalar,
     &rope_isa_avx2,

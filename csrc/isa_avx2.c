@@ -8,11 +8,14 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-/* The rotation and table kernels (bit-identical to the scalar ones). */
-#define ROPE_DECLARE_AVX2_ROT_(code, sfx, T, A, name)                          \
+/* The rotation and table kernels (bit-identical to the scalar ones), for the
+ * storage types this set has kernels for: a type it lacks keeps the scalar
+ * kernels, so a new storage type needs no change here. */
+#define ROPE_AVX2_TYPES(X) X(ROPE_F32, f32) X(ROPE_F16, f16) X(ROPE_BF16, bf16) X(ROPE_F64, f64)
+#define ROPE_DECLARE_AVX2_ROT_(code, sfx)                                      \
     void rope_rot_il_##sfx##_avx2(ROPE_ROT_PARAMS);                            \
     void rope_rot_sh_##sfx##_avx2(ROPE_ROT_PARAMS);
-ROPE_STORAGE_TYPES(ROPE_DECLARE_AVX2_ROT_)
+ROPE_AVX2_TYPES(ROPE_DECLARE_AVX2_ROT_)
 void rope_table_f32_avx2(ROPE_TABLE_PARAMS);
 
 static int avx2_supported(void)
@@ -54,13 +57,13 @@ __attribute__((target("avx2"))) static void pass_avx2(unsigned char *p, int64_t 
         p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
 }
 
-#define ROPE_AVX2_ROW_(code, sfx, T, A, name)                                  \
+#define ROPE_AVX2_ROW_(code, sfx)                                              \
     k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_avx2;                 \
     k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_avx2;
 
 static void avx2_override(rope_kernels *k)
 {
-    ROPE_STORAGE_TYPES(ROPE_AVX2_ROW_)
+    ROPE_AVX2_TYPES(ROPE_AVX2_ROW_)
     k->table_f32 = rope_table_f32_avx2;
     k->pass = pass_avx2;
 }

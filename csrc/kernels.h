@@ -54,11 +54,6 @@ typedef struct {
     void (*override)(rope_kernels *k);   /* NULL: nothing to replace */
 } rope_isa;
 
-/* The registry entries, each defined by its own file on every platform
- * (supported() is 0 where it cannot run). */
-extern const rope_isa rope_isa_scalar;   /* dispatch.c */
-extern const rope_isa rope_isa_avx2;     /* isa_avx2.c */
-
 /* Kernels of the instruction set chosen now (dispatch.c). */
 const rope_kernels *rope_active_kernels(void);
 

@@ -60,9 +60,13 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 
 def _numpy_dtype(name):
-    if name == "bfloat16":
-        return np.dtype(_ml_dtypes.bfloat16) if _ml_dtypes is not None else None
-    return np.dtype(name)
+    """numpy's dtype of a C storage-type name, or ml_dtypes' (bfloat16, ...);
+    None when neither has it."""
+    try:
+        return np.dtype(name)
+    except builtins.TypeError:
+        kind = getattr(_ml_dtypes, name, None) if _ml_dtypes is not None else None
+        return np.dtype(kind) if kind is not None else None
 
 
 def _storage_types():
@@ -81,7 +85,8 @@ def _storage_types():
 DTYPE_CODES, _MISSING_DTYPES = _storage_types()
 ACCEPTED_DTYPES = tuple(DTYPE_CODES)
 BFLOAT16 = _numpy_dtype("bfloat16")
-ACCEPTED_NAMES = ", ".join(("bfloat16 (ml_dtypes)" if d == BFLOAT16 else d.name) for d in DTYPE_CODES)
+ACCEPTED_NAMES = ", ".join((f"{d.name} (ml_dtypes)" if d.type.__module__.startswith("ml_dtypes") else d.name)
+                           for d in DTYPE_CODES)
 if _MISSING_DTYPES:  # pragma: no cover
     ACCEPTED_NAMES += f" ({', '.join(_MISSING_DTYPES)} needs the ml_dtypes package)"
 
