@@ -55,7 +55,7 @@ FUZZ_SECONDS ?= 120
 fuzz:
 	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
 	mkdir -p build/fuzz-corpus tests/fuzz/regressions
-	clang -std=c11 -O1 -g -ffp-contract=off -fsanitize=fuzzer,address,undefined \
+	clang -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -lpthread -o build/fuzz_rope
 	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
@@ -79,7 +79,7 @@ check-aarch64:
 	command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
 	mkdir -p build
-	$(CC) -std=c11 -O2 -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
+	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
 	aarch64-linux-gnu-gcc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
 	  -lm -lpthread -static -o build/digest_aarch64
 	build/digest_native > build/digest_native.txt

@@ -7,6 +7,9 @@
  *      tests/c/rotate_speed.c csrc/[a-z]*.c -lm -o build/rotate_speed
  *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0] [isa=best]
  *
+ * isa is a name from the registry ("scalar", "avx2", ...) or its number;
+ * the usage message lists the ones this build knows.
+ *
  * The byte offset places the data that far past a 64-byte boundary (numpy
  * puts large arrays 16 bytes past a page). Everything rotates in place.
  *
@@ -39,17 +42,38 @@ static int by_value(const void *a, const void *b)
 
 #define MAX_REPS 1001
 
+/* The instruction set named (or numbered) arg, or -1. */
+static int isa_from_arg(const char *arg)
+{
+    for (int i = 0; i < rope_isa_count(); i++)
+        if (strcmp(arg, rope_isa_name(i)) == 0)
+            return i;
+    char *end;
+    const long i = strtol(arg, &end, 10);
+    return *arg && !*end && i >= 0 && i < rope_isa_count() ? (int)i : -1;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4] [isa]\n"
+                    "isa:", MAX_REPS);
+    for (int i = 0; i < rope_isa_count(); i++)
+        fprintf(stderr, " %d=%s%s", i, rope_isa_name(i), rope_isa_supported(i) ? "" : " (not supported here)");
+    fprintf(stderr, "\n");
+}
+
 int main(int argc, char **argv)
 {
     const int threads = argc > 1 ? atoi(argv[1]) : 1;
     int reps = argc > 2 ? atoi(argv[2]) : 41;
     const int offset = argc > 3 ? atoi(argv[3]) : 0;
-    if (argc > 4 && rope_set_isa(atoi(argv[4])) != ROPE_OK) {
+    if (argc > 4 && rope_set_isa(isa_from_arg(argv[4])) != ROPE_OK) {
         fprintf(stderr, "isa %s is not supported here\n", argv[4]);
+        usage();
         return 2;
     }
     if (reps < 1 || reps > MAX_REPS || offset < 0 || offset > 64 || offset % 4) {
-        fprintf(stderr, "usage: rotate_speed [threads] [repetitions 1..%d] [byte offset 0..64, multiple of 4] [isa]\n", MAX_REPS);
+        usage();
         return 2;
     }
     const int64_t seq = 2048, head_dim = 128, half = 64;
@@ -61,9 +85,9 @@ int main(int argc, char **argv)
         return 1;
     static double t[5][MAX_REPS];
     const int64_t heads[2] = {32, 8};
-    const char *shape[2] = {"prefill_q", "prefill_k"}, *dtype[3] = {"float32", "float16", "bfloat16"};
-    const int esize[3] = {4, 2, 2};
-    printf("isa %d, threads %d, offset %d bytes, medians of %d (us)\n", rope_get_isa(), threads, offset, reps);
+    const char *shape[2] = {"prefill_q", "prefill_k"};
+    const int dtypes[3] = {ROPE_F32, ROPE_F16, ROPE_BF16};
+    printf("isa %s, threads %d, offset %d bytes, medians of %d (us)\n", rope_isa_name(rope_get_isa()), threads, offset, reps);
     for (int s = 0; s < 2; s++) {
         const size_t n = (size_t)seq * heads[s] * head_dim;
         unsigned char *base = aligned_alloc(64, n * 4 + 128);
@@ -71,24 +95,31 @@ int main(int argc, char **argv)
             return 1;
         unsigned char *x = base + offset;
         for (int d = 0; d < 3; d++) {
-            for (size_t i = 0; i < n * esize[d]; i += 2) { /* 1.06 as float16/bfloat16/float32 halves */
+            const size_t esize = (size_t)rope_dtype_size(dtypes[d]);
+            /* the table rows of positions 0..seq-1; strides {batch, seq, head} */
+            const rope_angles angles = {.source = ROPE_POS_OFFSET, .cos_table = cos, .sin_table = sin,
+                                        .table_rows = seq, .scale = 1.0};
+            rope_tensor streamed = {x, x, heads[s], {0, heads[s] * head_dim, head_dim},
+                                    {0, heads[s] * head_dim, head_dim}};
+            rope_tensor in_l1 = {x, x, heads[s], {0, 0, head_dim}, {0, 0, head_dim}};
+            for (size_t i = 0; i < n * esize; i += 2) { /* 1.06 as float16/bfloat16/float32 halves */
                 x[i] = 0x3c;
                 x[i + 1] = 0x3c;
             }
             for (int r = 0; r < reps; r++) {
                 double t0 = now_us();
-                rope_bandwidth_pass(x, (int64_t)(n * esize[d]), 0x80008000u, threads);
+                rope_bandwidth_pass(x, (int64_t)(n * esize), 0x80008000u, threads);
                 t[0][r] = now_us() - t0;
                 for (int layout = 0; layout < 2; layout++) {
+                    const rope_op op = {dtypes[d], layout, 0, 1, seq, head_dim, head_dim, threads};
+                    const rope_op op1 = {dtypes[d], layout, 0, 1, seq, head_dim, head_dim, 1};
                     t0 = now_us();
-                    rope_rotate(d, layout, 0, x, x, 1, seq, heads[s], head_dim, head_dim,
-                                0, heads[s] * head_dim, head_dim, 0, heads[s] * head_dim, head_dim,
-                                NULL, 0, 0, 0, cos, sin, 0, seq, NULL, 1.0, threads);
+                    if (rope_rotate(&op, &streamed, 1, &angles) != ROPE_OK)
+                        return 1;
                     t[1 + layout][r] = now_us() - t0;
                     t0 = now_us(); /* in L1: sequence stride 0, one thread */
-                    rope_rotate(d, layout, 0, x, x, 1, seq, heads[s], head_dim, head_dim,
-                                0, 0, head_dim, 0, 0, head_dim,
-                                NULL, 0, 0, 0, cos, sin, 0, seq, NULL, 1.0, 1);
+                    if (rope_rotate(&op1, &in_l1, 1, &angles) != ROPE_OK)
+                        return 1;
                     t[3 + layout][r] = now_us() - t0;
                 }
             }
@@ -98,7 +129,7 @@ int main(int argc, char **argv)
             const double cil = t[3][reps / 2], csh = t[4][reps / 2];
             printf("%-9s %-8s yardstick %7.1f  interleaved %7.1f (%.2f; in L1 %6.1f)"
                    "  split_half %7.1f (%.2f; in L1 %6.1f)\n",
-                   shape[s], dtype[d], y, il, y / il, cil, sh, y / sh, csh);
+                   shape[s], rope_dtype_name(dtypes[d]), y, il, y / il, cil, sh, y / sh, csh);
         }
         free(base);
     }

@@ -1,14 +1,24 @@
 /* ThreadSanitizer driver for the C core (`make tsan`).
  *
- * Four application threads call rope_rotate (each spreading its work over
- * the library's thread pool), rope_rotate_qk and the table functions at the
- * same time, while a fifth keeps switching the instruction set; every result
- * must equal the one computed serially beforehand. Built with
+ * First, serially: the scalar kernels (registry entry 0) compute every
+ * reference result on one thread, and each other supported instruction set
+ * of the registry must reproduce them bit for bit, on one thread and on
+ * several. Then four application threads make the same calls at the same
+ * time -- a single-tensor rotation (each call spreading its work over the
+ * library's thread pool when it can have it), q and k rotated in place in
+ * one call, sectioned positions (from a table and on the fly), and table
+ * builds -- while a fifth keeps cycling through every supported instruction
+ * set; every result must still equal the reference. Built with
  * -fsanitize=thread, any data race in the pool, the dispatch choice or the
  * kernels is reported and fails the run. Exit 0: no race, identical results.
+ *
+ * The instruction sets come from the registry (rope_isa_count,
+ * rope_isa_supported), so a new one is exercised without an edit here.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,58 +32,127 @@
 #define HALF (DIM / 2)
 #define N (SEQ * HEADS * DIM)
 #define NK (SEQ * KV_HEADS * DIM)
-#define ROUNDS 6
+#define COMP 3           /* position components of the sectioned calls */
+#define OFFSET 100       /* first position of the offset calls */
+#define ROWS (SEQ + 2 * OFFSET)
+#define WORKERS 4
+#define ROUNDS 4
 
-static float q0[N], k0[NK], q_want[N], k_want[NK];
-static float cos_want[SEQ * HALF], sin_want[SEQ * HALF];
+static float q0[N], k0[NK];
 static double inv_freq[HALF];
+static float cos_tab[ROWS * HALF], sin_tab[ROWS * HALF]; /* positions 0..ROWS-1 */
+static int64_t list_pos[SEQ], sect_pos[COMP * SEQ];
+static uint8_t pair_component[HALF];
 static atomic_int stop;
 
-static int rotate_q(const float *in, float *out, int n_threads)
+/* Every call the driver makes, with its outputs. */
+enum { C_ROTATE, C_QK_TABLE, C_SECT_OTF, C_SECT_TABLE, C_RANGE, C_LIST, N_CALLS };
+static const char *const CALL_NAME[N_CALLS] = {
+    "rotate (one tensor, on the fly)", "q+k in one call (table)", "q+k, sectioned (on the fly)",
+    "q+k, sectioned (table)", "cos/sin range table", "cos/sin list table"};
+
+typedef struct {
+    float *q, *k, *out;     /* q and k rotate in place; out: the one-tensor call */
+    float *cos, *sin;       /* table builds */
+} results;
+
+static int alloc_results(results *r)
 {
-    return rope_rotate(ROPE_F32, ROPE_SPLIT_HALF, 0, in, out, 1, SEQ, HEADS, DIM, DIM,
-                       (int64_t)N, HEADS * DIM, DIM, (int64_t)N, HEADS * DIM, DIM,
-                       NULL, 0, 0, 100, NULL, NULL, 0, 0, inv_freq, 1.0, n_threads);
+    r->q = malloc(sizeof q0);
+    r->k = malloc(sizeof k0);
+    r->out = malloc(sizeof q0);
+    r->cos = malloc(sizeof cos_tab);
+    r->sin = malloc(sizeof sin_tab);
+    return r->q && r->k && r->out && r->cos && r->sin;
 }
 
-static int rotate_qk(float *q, float *k, int n_threads)
+static void free_results(results *r)
 {
-    return rope_rotate_qk(ROPE_F32, ROPE_SPLIT_HALF, 0,
-                          q, q, HEADS, (int64_t)N, HEADS * DIM, DIM, (int64_t)N, HEADS * DIM, DIM,
-                          k, k, KV_HEADS, (int64_t)NK, KV_HEADS * DIM, DIM, (int64_t)NK,
-                          KV_HEADS * DIM, DIM,
-                          1, SEQ, DIM, DIM, NULL, 0, 0, 100, NULL, NULL, 0, 0,
-                          inv_freq, 1.0, n_threads);
+    free(r->q); free(r->k); free(r->out); free(r->cos); free(r->sin);
 }
+
+static rope_tensor contiguous(const float *x, float *out, int64_t heads)
+{
+    const rope_tensor t = {x, out, heads, {SEQ * heads * DIM, heads * DIM, DIM},
+                           {SEQ * heads * DIM, heads * DIM, DIM}};
+    return t;
+}
+
+/* Make call `which` into r with up to n_threads threads: ROPE_OK or a status. */
+static int run_call(int which, results *r, int n_threads)
+{
+    const rope_op op = {ROPE_F32, ROPE_SPLIT_HALF, 0, 1, SEQ, DIM, DIM, n_threads};
+    const rope_angles otf = {.source = ROPE_POS_OFFSET, .offset = OFFSET, .inv_freq = inv_freq, .scale = 1.0};
+    const rope_angles list_table = {.source = ROPE_POS_LIST, .positions = list_pos, .strides = {0, 1, 0},
+                                    .cos_table = cos_tab, .sin_table = sin_tab, .table_rows = ROWS};
+    rope_angles sect = {.source = ROPE_POS_SECTIONS, .positions = sect_pos, .strides = {0, 1, SEQ},
+                        .n_components = COMP, .pair_component = pair_component,
+                        .inv_freq = inv_freq, .scale = 1.0};
+    rope_tensor qk[2] = {contiguous(r->q, r->q, HEADS), contiguous(r->k, r->k, KV_HEADS)};
+    switch (which) {
+    case C_ROTATE: {
+        const rope_tensor t = contiguous(q0, r->out, HEADS);
+        return rope_rotate(&op, &t, 1, &otf);
+    }
+    case C_QK_TABLE:
+    case C_SECT_OTF:
+    case C_SECT_TABLE:
+        memcpy(r->q, q0, sizeof q0);
+        memcpy(r->k, k0, sizeof k0);
+        if (which == C_SECT_TABLE) {
+            sect.cos_table = cos_tab;
+            sect.sin_table = sin_tab;
+            sect.table_rows = ROWS;
+        }
+        return rope_rotate(&op, qk, 2, which == C_QK_TABLE ? &list_table : &sect);
+    case C_RANGE:
+        return rope_cos_sin_range_f32(OFFSET, SEQ, inv_freq, HALF, 1.0, r->cos, r->sin);
+    default:
+        return rope_cos_sin_f32(list_pos, SEQ, inv_freq, HALF, 1.0, r->cos, r->sin);
+    }
+}
+
+/* Does r hold the outputs of call `which` that want holds? */
+static int same(int which, const results *r, const results *want)
+{
+    switch (which) {
+    case C_ROTATE:
+        return memcmp(r->out, want->out, sizeof q0) == 0;
+    case C_RANGE:
+    case C_LIST:
+        return memcmp(r->cos, want->cos, SEQ * HALF * sizeof(float)) == 0 &&
+               memcmp(r->sin, want->sin, SEQ * HALF * sizeof(float)) == 0;
+    default:
+        return memcmp(r->q, want->q, sizeof q0) == 0 && memcmp(r->k, want->k, sizeof k0) == 0;
+    }
+}
+
+static results want[N_CALLS]; /* the scalar kernels' results, one thread */
 
 static void *worker(void *arg)
 {
     const int id = (int)(intptr_t)arg;
-    float *q = malloc(sizeof q0), *k = malloc(sizeof k0), *out = malloc(sizeof q0);
-    float *c = malloc(sizeof cos_want), *s = malloc(sizeof sin_want);
+    results r;
     long bad = 0;
-    for (int round = 0; round < ROUNDS; round++) {
-        const int threads = 1 + (id + round) % 3;
-        bad += rotate_q(q0, out, threads) != ROPE_OK || memcmp(out, q_want, sizeof q0) != 0;
-        memcpy(q, q0, sizeof q0);
-        memcpy(k, k0, sizeof k0);
-        bad += rotate_qk(q, k, threads) != ROPE_OK || memcmp(q, q_want, sizeof q0) != 0 ||
-               memcmp(k, k_want, sizeof k0) != 0;
-        bad += rope_cos_sin_range_f32(100, SEQ, inv_freq, HALF, 1.0, c, s) != ROPE_OK ||
-               memcmp(c, cos_want, sizeof cos_want) != 0 || memcmp(s, sin_want, sizeof sin_want) != 0;
-    }
-    free(q); free(k); free(out); free(c); free(s);
+    if (!alloc_results(&r))
+        return (void *)(intptr_t)-1;
+    for (int round = 0; round < ROUNDS; round++)
+        for (int c = 0; c < N_CALLS; c++) {
+            const int which = (c + id) % N_CALLS; /* the workers make different calls at once */
+            const int threads = 1 + (id + round) % 3;
+            bad += run_call(which, &r, threads) != ROPE_OK || !same(which, &r, &want[which]);
+        }
+    free_results(&r);
     return (void *)(intptr_t)bad;
 }
 
+/* Cycle through every supported instruction set until told to stop. */
 static void *isa_switcher(void *arg)
 {
-    (void)arg;
-    int flip = 0;
-    while (!atomic_load(&stop)) {
-        rope_set_isa(flip ? ROPE_ISA_AVX2 : ROPE_ISA_SCALAR); /* ignored if unsupported */
-        flip = !flip;
-    }
+    long *switches = arg;
+    for (int isa = 0; !atomic_load(&stop); isa = (isa + 1) % rope_isa_count())
+        if (rope_isa_supported(isa) && rope_set_isa(isa) == ROPE_OK)
+            ++*switches;
     return NULL;
 }
 
@@ -85,30 +164,76 @@ int main(void)
     for (int i = 0; i < NK; i++)
         k0[i] = (float)((seed = seed * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
     for (int i = 0; i < HALF; i++)
-        inv_freq[i] = 1.0 / __builtin_pow(10000.0, 2.0 * i / DIM);
-    /* Serial results first, one thread. */
-    memcpy(k_want, k0, sizeof k0);
-    if (rotate_q(q0, q_want, 1) != ROPE_OK)
-        return 2;
-    static float qq[N];
-    memcpy(qq, q0, sizeof q0);
-    if (rotate_qk(qq, k_want, 1) != ROPE_OK || memcmp(qq, q_want, sizeof q0) != 0)
-        return 3;
-    if (rope_cos_sin_range_f32(100, SEQ, inv_freq, HALF, 1.0, cos_want, sin_want) != ROPE_OK)
-        return 4;
+        inv_freq[i] = 1.0 / pow(10000.0, 2.0 * i / DIM);
+    /* positions: runs long enough for the dense-range table kernel, with
+     * scattered ones between them */
+    for (int i = 0; i < SEQ; i++)
+        list_pos[i] = i % 160 < 100 ? OFFSET + i : (int64_t)((i * 7919u) % ROWS);
+    for (int c = 0; c < COMP; c++)
+        for (int i = 0; i < SEQ; i++)
+            sect_pos[c * SEQ + i] = c == 0 ? i : (int64_t)((i * (c + 3u) + 17u * c) % ROWS);
+    for (int i = 0; i < HALF; i++)
+        pair_component[i] = (uint8_t)(i < 16 ? 0 : i < 40 ? 1 : 2);
 
-    pthread_t t[4], sw;
-    pthread_create(&sw, NULL, isa_switcher, NULL);
-    for (int i = 0; i < 4; i++)
-        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+    if (rope_set_isa(-1) != ROPE_E_ISA || rope_set_isa(rope_isa_count()) != ROPE_E_ISA ||
+        !rope_isa_supported(0) || rope_isa_name(0) == NULL || rope_isa_name(rope_isa_count()) != NULL) {
+        fprintf(stderr, "threads_race: the instruction-set registry misbehaves\n");
+        return 2;
+    }
+    /* The references: scalar kernels, one thread (the table first: the
+     * tabled calls read it). */
+    if (rope_set_isa(0) != ROPE_OK ||
+        rope_cos_sin_range_f32(0, ROWS, inv_freq, HALF, 1.0, cos_tab, sin_tab) != ROPE_OK)
+        return 2;
+    for (int c = 0; c < N_CALLS; c++)
+        if (!alloc_results(&want[c]) || run_call(c, &want[c], 1) != ROPE_OK) {
+            fprintf(stderr, "threads_race: %s failed\n", CALL_NAME[c]);
+            return 2;
+        }
+    if (memcmp(want[C_RANGE].cos, cos_tab + OFFSET * HALF, SEQ * HALF * sizeof(float)) != 0) {
+        fprintf(stderr, "threads_race: a table's rows depend on where the range starts\n");
+        return 2;
+    }
+
+    /* Every supported instruction set, serially, against the scalar results. */
     long bad = 0;
-    for (int i = 0; i < 4; i++) {
-        void *r;
-        pthread_join(t[i], &r);
-        bad += (long)(intptr_t)r;
+    results r;
+    if (!alloc_results(&r))
+        return 2;
+    printf("threads_race: instruction sets:");
+    for (int isa = 0; isa < rope_isa_count(); isa++) {
+        printf(" %s%s", rope_isa_name(isa), rope_isa_supported(isa) ? "" : " (not supported here)");
+        if (!rope_isa_supported(isa))
+            continue;
+        if (rope_set_isa(isa) != ROPE_OK || rope_get_isa() != isa)
+            return 2;
+        for (int c = 0; c < N_CALLS; c++)
+            for (int threads = 1; threads <= 4; threads += 3)
+                if (run_call(c, &r, threads) != ROPE_OK || !same(c, &r, &want[c])) {
+                    fprintf(stderr, "\nthreads_race: %s on %s with %d threads differs from scalar\n",
+                            CALL_NAME[c], rope_isa_name(isa), threads);
+                    bad++;
+                }
+    }
+    printf("\n");
+    free_results(&r);
+
+    /* The same calls concurrently, while the instruction set keeps changing. */
+    long switches = 0;
+    pthread_t t[WORKERS], sw;
+    pthread_create(&sw, NULL, isa_switcher, &switches);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+    for (int i = 0; i < WORKERS; i++) {
+        void *ret;
+        pthread_join(t[i], &ret);
+        bad += (long)(intptr_t)ret < 0 ? 1000000 : (long)(intptr_t)ret;
     }
     atomic_store(&stop, 1);
     pthread_join(sw, NULL);
-    printf("threads_race: %ld mismatches in %d calls\n", bad, 4 * ROUNDS * 3);
+    for (int c = 0; c < N_CALLS; c++)
+        free_results(&want[c]);
+    printf("threads_race: %ld mismatches in %d concurrent calls (%d kinds) over %ld instruction-set switches\n",
+           bad, WORKERS * ROUNDS * N_CALLS, N_CALLS, switches);
     return bad ? 1 : 0;
 }

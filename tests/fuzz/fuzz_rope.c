@@ -1,22 +1,48 @@
 /* Coverage-guided fuzzer for the C entry points (libFuzzer interface).
  *
  * The input bytes choose every argument of rope_rotate and of the table
- * functions: dtype and layout codes (valid or not), dims, counts, signed
- * strides, positions or offsets, tables or on-the-fly angles, frequencies
- * (NaN and huge included), thread counts. Buffers are allocated to exactly
- * the span the strides reach, so AddressSanitizer reports any access outside
- * them. For each accepted call the scalar kernel and the best kernel must
- * reach the same status and, where rows do not overlap, the same bits.
+ * functions: storage type and layout codes (valid or not), dims, counts,
+ * signed strides (huge ones included), 0 to 3 tensors (or -1), position
+ * sources (offset, list, sectioned with 0..ROPE_MAX_COMPONENTS+1 components
+ * and maps with out-of-range entries, unknown source codes), tables or
+ * on-the-fly angles, frequencies and scales (NaN, infinite and out of range
+ * included), thread counts, NULL and misaligned pointers. Buffers are
+ * allocated to exactly the span the strides reach, so AddressSanitizer
+ * reports any access outside them.
+ *
+ * For each call, every supported instruction set of the registry must reach
+ * the same status as the scalar kernels (entry 0) and, where output rows do
+ * not overlap, the same bits. Besides, from the scalar run:
+ *   - the status is ROPE_OK exactly when pyrope.h says the call is valid;
+ *   - a failed call writes nothing; a successful one writes nothing outside
+ *     the rotated coordinates and the copied tails, and never writes x of an
+ *     out-of-place tensor;
+ *   - q and k in one call give what each gives alone;
+ *   - a sectioned call gives, pair by pair, what the position-list call of
+ *     that pair's component gives;
+ *   - tables and on-the-fly angles agree, and table rows do not depend on
+ *     how the positions are split into runs.
+ * Any violation aborts.
+ *
+ * Input modes, by the first byte: 0xB1 "big tokens" (fuzz_big), otherwise
+ * a multiple of 4: tables (fuzz_tables), else rotation (fuzz_rotate). Each
+ * mode reads the fields it had before the position sources and n_tensors
+ * existed in the same order, and reads the new ones after them, with 0 (an
+ * input that ended) meaning the old behaviour: saved inputs keep their
+ * meaning.
  *
  * Built with clang -fsanitize=fuzzer,address,undefined by `make fuzz`; the
  * replay driver (replay.c) runs saved inputs with gcc in the test suite.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pyrope.h"
+
+/* ---- reading the input --------------------------------------------------- */
 
 typedef struct {
     const uint8_t *p;
@@ -41,14 +67,18 @@ static int64_t take_small(reader *r, int64_t lo, int64_t hi)
     return lo + (int64_t)(take(r, 2) % (uint64_t)(hi - lo + 1));
 }
 
-/* A stride: mostly the natural one, sometimes anything small and signed. */
+/* A stride: mostly the natural one, sometimes anything small and signed,
+ * now and then one that overflows int64 when multiplied by a count. */
 static int64_t take_stride(reader *r, int64_t natural)
 {
     switch (take(r, 1) % 4) {
     case 0: return natural;
     case 1: return -natural;
     case 2: return 0;
-    default: return take_small(r, -300, 300);
+    default: {
+        const int64_t v = take_small(r, -300, 300);
+        return v == 300 ? ((int64_t)1 << 62) + 1 : v == -300 ? INT64_MIN : v;
+    }
     }
 }
 
@@ -63,273 +93,981 @@ static double take_freq(reader *r)
     }
 }
 
-/* Smallest and largest element offset reached, or 0 if beyond 2^20. */
-static int span(const int64_t n[3], const int64_t s[3], int64_t extent,
-                int64_t *lo, int64_t *hi)
+/* A scale: sel 0 is the usual 1.0; the others reach both ends of the
+ * allowed range, just past them, and what is never allowed. */
+static double scale_of(unsigned sel)
 {
-    *lo = 0;
-    *hi = extent;
-    for (int k = 0; k < 3; k++) {
-        if (n[k] <= 0)
-            return 0;
-        const int64_t reach = (n[k] - 1) * s[k];
-        if (reach < 0)
-            *lo += reach;
-        else
-            *hi += reach;
-    }
-    return *hi - *lo <= (1 << 20);
+    static const double SCALES[16] = {
+        1.0, -1.0, 0.5, 1.2079441541679836, ROPE_MIN_SCALE, -ROPE_MIN_SCALE, ROPE_MAX_SCALE,
+        -ROPE_MAX_SCALE, ROPE_MIN_SCALE * 0.5, ROPE_MAX_SCALE * 2.0, 0x1.fffffffffffffp-33,
+        0x1.0000000000001p32, 0.0, -0.0, NAN, INFINITY};
+    return SCALES[sel % 16];
 }
 
-/* Bitwise equal, or both NaN (NaN payloads and signs may differ between
- * scalar and vector instructions; IEEE leaves them unspecified). */
-static int same_values(const uint8_t *a, const uint8_t *b, int64_t count, int dtype)
-{
-    for (int64_t i = 0; i < count; i++) {
-        if (dtype == ROPE_F64) {
-            double u, v;
-            memcpy(&u, a + 8 * i, 8);
-            memcpy(&v, b + 8 * i, 8);
-            if (memcmp(&u, &v, 8) != 0 && !(isnan(u) && isnan(v)))
-                return 0;
-        } else if (dtype == ROPE_F32) {
-            float u, v;
-            memcpy(&u, a + 4 * i, 4);
-            memcpy(&v, b + 4 * i, 4);
-            if (memcmp(&u, &v, 4) != 0 && !(isnan(u) && isnan(v)))
-                return 0;
-        } else {
-            uint16_t u, v;
-            memcpy(&u, a + 2 * i, 2);
-            memcpy(&v, b + 2 * i, 2);
-            const uint16_t exp = dtype == ROPE_F16 ? 0x7c00 : 0x7f80;
-            const int nan_u = (u & exp) == exp && (u & (uint16_t)~(exp | 0x8000));
-            const int nan_v = (v & exp) == exp && (v & (uint16_t)~(exp | 0x8000));
-            if (u != v && !(nan_u && nan_v))
-                return 0;
-        }
-    }
-    return 1;
-}
-
-static int rows_disjoint(const int64_t n[3], const int64_t s[3], int64_t head_dim)
-{
-    /* Conservative: a strictly nested layout with no overlap between rows. */
-    int64_t need = head_dim;
-    int64_t order[3] = {2, 1, 0};
-    for (int i = 0; i < 3; i++) {
-        const int k = (int)order[i];
-        const int64_t a = s[k] < 0 ? -s[k] : s[k];
-        if (n[k] > 1 && a < need)
-            return 0;
-        if (n[k] > 1)
-            need = a * n[k];
-    }
-    return 1;
-}
-
-static void fuzz_tables(reader *r)
-{
-    int64_t n_pos = take_small(r, -1, 40), n_freq = take_small(r, -1, 40);
-    const int64_t np = n_pos > 0 ? n_pos : 1, nf = n_freq > 0 ? n_freq : 1;
-    int64_t *pos = malloc(sizeof(int64_t) * (size_t)np);
-    double *w = malloc(sizeof(double) * (size_t)nf);
-    float *c1 = malloc(sizeof(float) * (size_t)(np * nf));
-    float *s1 = malloc(sizeof(float) * (size_t)(np * nf));
-    float *c2 = malloc(sizeof(float) * (size_t)(np * nf));
-    float *s2 = malloc(sizeof(float) * (size_t)(np * nf));
-    for (int64_t i = 0; i < np; i++)
-        pos[i] = (int64_t)take(r, 8) >> take_small(r, 0, 63);
-    for (int64_t i = 0; i < nf; i++)
-        w[i] = take_freq(r);
-    const double scale = take(r, 1) % 5 == 0 ? NAN : 1.0 + ldexp((double)take(r, 2), -16);
-    const int64_t start = (int64_t)take(r, 8) >> take_small(r, 0, 63);
-    const int isa = rope_get_isa();
-    for (int range = 0; range < 2; range++) {
-        rope_set_isa(ROPE_ISA_SCALAR);
-        int st1 = range ? rope_cos_sin_range_f32(start, n_pos, w, n_freq, scale, c1, s1)
-                        : rope_cos_sin_f32(pos, n_pos, w, n_freq, scale, c1, s1);
-        rope_set_isa(isa);
-        int st2 = range ? rope_cos_sin_range_f32(start, n_pos, w, n_freq, scale, c2, s2)
-                        : rope_cos_sin_f32(pos, n_pos, w, n_freq, scale, c2, s2);
-        if (st1 != st2)
-            abort(); /* error decisions must not depend on the kernel */
-    }
-    free(pos); free(w); free(c1); free(s1); free(c2); free(s2);
-}
-
-/* Big tokens, for inputs whose first byte is 0xB1 (no input saved before
- * this mode starts with it): the shapes for which the kernels take paths of
- * their own -- rotary_dim 128, a token's heads back to back with 512 pairs
- * or more, heads with gaps between them -- at every element-aligned
- * placement, with 1-3 threads. The values come from a generator seeded by
- * the input (the buffers are larger than inputs). Scalar and best kernel
- * must agree, and every element outside the rows (before, between heads,
- * after) must come back unchanged; AddressSanitizer watches the ends. */
+/* A generator for data the input is too short to hold. */
 static uint64_t next_bits(uint64_t *state)
 {
     *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
     return *state >> 16;
 }
 
+/* ---- buffers --------------------------------------------------------------- */
+
+/* malloc that aborts on failure; 0 bytes gives a block nothing may touch. */
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes);
+    if (!p && bytes)
+        abort();
+    return p ? p : malloc(1);
+}
+
+#define MAX_SPAN (1 << 20)
+enum { SPAN_OK, SPAN_HUGE, SPAN_OVERFLOW };
+
+/* Element offsets [lo, hi) that an [n0][n1][n2][extent] array reaches under
+ * strides s (which may be negative): nothing if a count is <= 0.
+ * SPAN_OVERFLOW if an offset leaves int64, SPAN_HUGE if the span is larger
+ * than a test can allocate. */
+static int span(const int64_t n[3], const int64_t s[3], int64_t extent, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    for (int k = 0; k < 3; k++)
+        if (n[k] <= 0)
+            return SPAN_OK;
+    int64_t l = 0, h = extent;
+    for (int k = 0; k < 3; k++) {
+        int64_t reach;
+        if (__builtin_mul_overflow(n[k] - 1, s[k], &reach))
+            return SPAN_OVERFLOW;
+        if (reach < 0 ? __builtin_add_overflow(l, reach, &l) : __builtin_add_overflow(h, reach, &h))
+            return SPAN_OVERFLOW;
+    }
+    if ((uint64_t)h - (uint64_t)l > MAX_SPAN)
+        return SPAN_HUGE;
+    *lo = l;
+    *hi = h;
+    return SPAN_OK;
+}
+
+/* Bitwise equal, or both NaN (NaN payloads and signs may differ between
+ * scalar and vector instructions; IEEE leaves them unspecified). A storage
+ * type this file does not know: bitwise equal. */
+static int same_value(const uint8_t *a, const uint8_t *b, int dtype, size_t esize)
+{
+    if (dtype != ROPE_F64 && dtype != ROPE_F32 && dtype != ROPE_F16 && dtype != ROPE_BF16)
+        return memcmp(a, b, esize) == 0;
+    if (dtype == ROPE_F64) {
+        double u, v;
+        memcpy(&u, a, 8);
+        memcpy(&v, b, 8);
+        return memcmp(&u, &v, 8) == 0 || (isnan(u) && isnan(v));
+    }
+    if (dtype == ROPE_F32) {
+        float u, v;
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        return memcmp(&u, &v, 4) == 0 || (isnan(u) && isnan(v));
+    }
+    uint16_t u, v;
+    memcpy(&u, a, 2);
+    memcpy(&v, b, 2);
+    const uint16_t exp = dtype == ROPE_F16 ? 0x7c00 : 0x7f80;
+    const int nan_u = (u & exp) == exp && (u & (uint16_t)~(exp | 0x8000));
+    const int nan_v = (v & exp) == exp && (v & (uint16_t)~(exp | 0x8000));
+    return u == v || (nan_u && nan_v);
+}
+
+static int same_values(const uint8_t *a, const uint8_t *b, int64_t count, int dtype, size_t esize)
+{
+    for (int64_t i = 0; i < count; i++)
+        if (!same_value(a + i * (int64_t)esize, b + i * (int64_t)esize, dtype, esize))
+            return 0;
+    return 1;
+}
+
+/* Do the [n0][n1][n2] rows of head_dim elements under strides s never
+ * overlap? Conservative: a strictly nested layout. */
+static int rows_disjoint(const int64_t n[3], const int64_t s[3], int64_t head_dim)
+{
+    int64_t need = head_dim;
+    for (int k = 2; k >= 0; k--) {
+        if (n[k] <= 1)
+            continue;
+        const int64_t a = s[k] < 0 ? -s[k] : s[k];
+        if (a < need || a > MAX_SPAN)
+            return 0;
+        need = a * n[k];
+    }
+    return 1;
+}
+
+/* The supported instruction sets other than scalar (entry 0), in order. */
+static int other_isas(int *isa)
+{
+    int n = 0;
+    for (int i = 1; i < rope_isa_count(); i++)
+        if (rope_isa_supported(i))
+            isa[n++] = i;
+    return n;
+}
+
+#define MAX_ISAS 64
+
+static void check_status(int st)
+{
+    if (!rope_strerror(st))
+        abort();
+}
+
+/* ---- tables ---------------------------------------------------------------- */
+
+/* Is p a position the table functions accept? */
+static int position_ok(int64_t p)
+{
+    return p >= -ROPE_MAX_POSITION && p <= ROPE_MAX_POSITION;
+}
+
+static int freqs_ok(const double *w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(w[i]) <= ROPE_MAX_INV_FREQ))
+            return 0;
+    return 1;
+}
+
+static int scale_ok(double scale)
+{
+    return fabs(scale) >= ROPE_MIN_SCALE && fabs(scale) <= ROPE_MAX_SCALE;
+}
+
+static void fuzz_tables(reader *r)
+{
+    int64_t n_pos = take_small(r, -1, 40);
+    const int64_t n_freq = take_small(r, -1, 40);
+    const int64_t np0 = n_pos > 0 ? n_pos : 1, nf = n_freq > 0 ? n_freq : 1;
+    int64_t pool[40];
+    double w[40];
+    for (int64_t i = 0; i < np0; i++)
+        pool[i] = (int64_t)take(r, 8) >> take_small(r, 0, 63);
+    for (int64_t i = 0; i < nf; i++)
+        w[i] = take_freq(r);
+    const unsigned scale_sel = (unsigned)take(r, 1);
+    const double scale = scale_sel % 5 == 0 ? (scale_sel < 128 ? NAN : scale_of(scale_sel >> 1))
+                                            : 1.0 + ldexp((double)take(r, 2), -16);
+    const int64_t start = (int64_t)take(r, 8) >> take_small(r, 0, 63);
+    /* new fields: runs of consecutive positions (the dense-range kernel
+     * takes runs of 48 or more), and a NULL or misaligned pointer */
+    const unsigned runs = (unsigned)take(r, 1), fault = (unsigned)(take(r, 1) % 24);
+    uint64_t state = take(r, 8);
+    if (runs)
+        n_pos = take_small(r, 0, 200);
+    const int64_t np = n_pos > 0 ? n_pos : 0, nfr = n_freq > 0 ? n_freq : 0;
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)np);
+    int64_t p = (int64_t)take(r, 8) >> (runs % 64);
+    for (int64_t i = 0; i < np; i++) {
+        if (!runs) {
+            pos[i] = pool[i];
+            continue;
+        }
+        const uint64_t b = next_bits(&state);
+        p = b % 64 == 0 ? ((int64_t)(b >> 8) - ((int64_t)1 << 39)) >> (runs % 16) : p + 1;
+        pos[i] = p;
+    }
+    /* a NULL or misaligned pointer for the fault chosen (1-7; else none):
+     * refused before any access, so the buffers stay exact */
+    double *wf = xmalloc(sizeof(double) * (size_t)nfr);
+    memcpy(wf, w, sizeof(double) * (size_t)nfr);
+    const size_t entries = (size_t)(np * nfr);
+    float *c[2], *s[2];
+    for (int k = 0; k < 2; k++) {
+        c[k] = xmalloc(sizeof(float) * entries);
+        s[k] = xmalloc(sizeof(float) * entries);
+    }
+    double *cd = xmalloc(sizeof(double) * entries), *sd = xmalloc(sizeof(double) * entries);
+    const int64_t *pos_arg = fault == 1 ? NULL : fault == 6 ? (const int64_t *)(void *)((char *)pos + 1) : pos;
+    const double *w_arg = fault == 2 ? NULL : fault == 7 ? (const double *)(void *)((char *)wf + 1) : wf;
+    const size_t cos_off = fault == 5 ? 1 : 0;
+
+    const int isa0 = rope_get_isa();
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    for (int range = 0; range < 2; range++) {
+        int st0 = ROPE_OK;
+        for (int k = 0; k <= n_isas; k++) {
+            rope_set_isa(k ? isas[k - 1] : 0);
+            float *co = fault == 3 ? NULL : (float *)(void *)((char *)c[k > 0] + cos_off);
+            float *so = fault == 4 ? NULL : s[k > 0];
+            const int st = range ? rope_cos_sin_range_f32(start, n_pos, w_arg, n_freq, scale, co, so)
+                                 : rope_cos_sin_f32(pos_arg, n_pos, w_arg, n_freq, scale, co, so);
+            check_status(st);
+            if (k == 0) {
+                st0 = st;
+                continue;
+            }
+            if (st != st0)
+                abort(); /* error decisions must not depend on the kernel */
+            if (st == ROPE_OK && (memcmp((char *)c[0] + cos_off, (char *)c[1] + cos_off, entries * 4) != 0 ||
+                                  memcmp(s[0], s[1], entries * 4) != 0))
+                abort(); /* entries are correctly rounded: the same bits on every kernel */
+        }
+        rope_set_isa(0);
+        /* ROPE_OK exactly when the contract says the call is valid */
+        const int faulty = fault >= 1 && fault <= 7 && !(range && (fault == 1 || fault == 6));
+        int valid = n_pos >= 0 && n_freq >= 0;
+        if (valid && n_pos > 0 && n_freq > 0) {
+            valid = !faulty && scale_ok(scale) && freqs_ok(wf, nfr);
+            if (range)
+                valid = valid && position_ok(start) && start <= ROPE_MAX_POSITION - (n_pos - 1);
+            else
+                for (int64_t i = 0; i < np && valid; i++)
+                    valid = position_ok(pos[i]);
+        }
+        if ((st0 == ROPE_OK) != valid)
+            abort();
+        if (st0 != ROPE_OK || cos_off || !entries)
+            continue;
+        /* every row is the row of its position alone: how the positions
+         * split into runs (or that they form a range) changes no bit */
+        float one_c[40], one_s[40];
+        for (int64_t i = 0; i < np; i++) {
+            const int64_t m = range ? start + i : pos[i];
+            if (rope_cos_sin_f32(&m, 1, wf, nfr, scale, one_c, one_s) != ROPE_OK ||
+                memcmp(one_c, c[0] + i * nfr, sizeof(float) * (size_t)nfr) != 0 ||
+                memcmp(one_s, s[0] + i * nfr, sizeof(float) * (size_t)nfr) != 0)
+                abort();
+        }
+    }
+    /* float64 tables (scalar code only): the same checks decide */
+    const int st32 = rope_cos_sin_f32(pos_arg, n_pos, w_arg, n_freq, scale, fault == 3 ? NULL : c[0],
+                                      fault == 4 ? NULL : s[0]);
+    const int st64 = rope_cos_sin_f64(pos_arg, n_pos, w_arg, n_freq, scale, fault == 3 ? NULL : cd,
+                                      fault == 4 ? NULL : sd);
+    check_status(st64);
+    if ((st32 == ROPE_OK) != (st64 == ROPE_OK))
+        abort();
+    rope_set_isa(isa0);
+    free(pos); free(wf); free(cd); free(sd);
+    for (int k = 0; k < 2; k++) {
+        free(c[k]);
+        free(s[k]);
+    }
+}
+
+/* ---- what pyrope.h promises about a rotation ------------------------------ */
+
+static int aligned(const void *p, size_t a)
+{
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+/* Can the angles serve position p? */
+static int servable(const rope_angles *a, int64_t p)
+{
+    if (!a->cos_table)
+        return position_ok(p);
+    return p >= a->table_start && (uint64_t)p - (uint64_t)a->table_start < (uint64_t)a->table_rows;
+}
+
+/* Is |s| large enough that a count times it may leave int64? */
+static int huge_stride(const int64_t s[3])
+{
+    for (int k = 0; k < 3; k++)
+        if (s[k] <= -((int64_t)1 << 62) || s[k] >= (int64_t)1 << 62)
+            return 1;
+    return 0;
+}
+
+/* Should rope_rotate accept this call, by the contract of pyrope.h?
+ * 1 yes, 0 no, -1 the contract leaves it open:
+ *   - an empty tensor (n_batch or n_seq 0) with strides so large that
+ *     (count - 1) * stride leaves int64 (csrc rejects it with
+ *     ROPE_E_OVERFLOW although no element is reached);
+ *   - a misaligned inv_freq that a tabled call does not use (csrc rejects
+ *     it with ROPE_E_ALIGN). */
+static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, const rope_angles *a)
+{
+    if (!op)
+        return 0;
+    if (op->dtype < 0 || op->dtype >= rope_dtype_count())
+        return 0;
+    if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
+        return 0;
+    if (op->head_dim <= 0 || op->rotary_dim <= 0 || op->rotary_dim > op->head_dim ||
+        op->head_dim % 2 || op->rotary_dim % 2)
+        return 0;
+    if (op->n_batch < 0 || op->n_seq < 0 || n_tensors < 0)
+        return 0;
+    if (n_tensors > 0 && !t)
+        return 0;
+    const size_t esize = (size_t)rope_dtype_size(op->dtype);
+    int either = 0;
+    int64_t heads = 0;
+    for (int k = 0; k < n_tensors; k++) {
+        if (t[k].n_heads < 0)
+            return 0;
+        if (t[k].n_heads == 0)
+            continue;
+        if (!t[k].x || !t[k].out)
+            return 0;
+        const int64_t n[3] = {op->n_batch, op->n_seq, t[k].n_heads};
+        int64_t lo, hi;
+        if (span(n, t[k].x_strides, op->head_dim, &lo, &hi) == SPAN_OVERFLOW ||
+            span(n, t[k].out_strides, op->head_dim, &lo, &hi) == SPAN_OVERFLOW)
+            return 0;
+        if ((op->n_batch == 0 || op->n_seq == 0) &&
+            (huge_stride(t[k].x_strides) || huge_stride(t[k].out_strides)))
+            either = 1;
+        if (!aligned(t[k].x, esize) || !aligned(t[k].out, esize))
+            return 0;
+        if ((const void *)t[k].out == t[k].x &&
+            memcmp(t[k].x_strides, t[k].out_strides, sizeof t[k].x_strides) != 0)
+            return 0;
+        heads += t[k].n_heads;
+    }
+    if (op->n_batch == 0 || op->n_seq == 0 || heads == 0)
+        return either ? -1 : 1; /* nothing to do: the angles are not read */
+    if (!a)
+        return 0;
+    if (a->source != ROPE_POS_OFFSET && a->source != ROPE_POS_LIST && a->source != ROPE_POS_SECTIONS)
+        return 0;
+    const int64_t half = op->rotary_dim / 2;
+    const int nc = a->source == ROPE_POS_SECTIONS ? a->n_components : 1;
+    if (a->source == ROPE_POS_SECTIONS) {
+        /* (pyrope.h states the half limit for on-the-fly angles only; csrc
+         * applies it to every sectioned call) */
+        if (nc < 1 || nc > ROPE_MAX_COMPONENTS || !a->pair_component || half > ROPE_MAX_OTF_HALF)
+            return 0;
+        for (int64_t i = 0; i < half; i++)
+            if (a->pair_component[i] >= nc)
+                return 0;
+    }
+    if (a->cos_table) {
+        if (!a->sin_table || !aligned(a->cos_table, 4) || !aligned(a->sin_table, 4) || a->table_rows < 0)
+            return 0;
+        if (!aligned(a->inv_freq, 8))
+            either = 1;
+    } else {
+        if (a->sin_table || !a->inv_freq || !aligned(a->inv_freq, 8) || half > ROPE_MAX_OTF_HALF ||
+            !scale_ok(a->scale) || !freqs_ok(a->inv_freq, half))
+            return 0;
+    }
+    if (a->source == ROPE_POS_OFFSET) {
+        int64_t last;
+        if (__builtin_add_overflow(a->offset, op->n_seq - 1, &last))
+            return 0;
+        if (!servable(a, a->offset) || !servable(a, last))
+            return 0; /* the positions form a run: its ends decide */
+        return either ? -1 : 1;
+    }
+    if (!a->positions || !aligned(a->positions, 8))
+        return 0;
+    const int64_t n[3] = {op->n_batch, op->n_seq, nc};
+    int64_t lo, hi;
+    if (span(n, a->strides, 1, &lo, &hi) == SPAN_OVERFLOW)
+        return 0;
+    for (int64_t b = 0; b < op->n_batch; b++)
+        for (int64_t s = 0; s < op->n_seq; s++)
+            for (int c = 0; c < nc; c++)
+                if (!servable(a, a->positions[b * a->strides[0] + s * a->strides[1] + c * a->strides[2]]))
+                    return 0;
+    return either ? -1 : 1;
+}
+
+/* ---- rotation ---------------------------------------------------------------- */
+
+#define MAX_TENSORS 3
+
+/* One tensor of a call and its buffers, each exactly the span its strides
+ * reach (a one-element stand-in when the span leaves int64: the call must
+ * then fail without reading it). */
+typedef struct {
+    int64_t heads, xs[3], os[3];
+    int in_place;           /* out is x, with x's strides */
+    int64_t xlo, xn, olo, on;  /* element 0's place in the buffer; elements */
+    uint8_t *x, *out;       /* buffers (out is x when in place) */
+    uint8_t *x0, *out0;     /* their contents before every call */
+    uint8_t *xr, *outr;     /* and after the scalar call */
+    int16_t *coord;         /* per element of out: its coordinate in a head, -1: no row */
+    int64_t *src;           /* and the element of x it comes from */
+    int disjoint;           /* no two rows of out overlap */
+} tensor;
+
+typedef struct {
+    int dtype;
+    size_t esize;
+    int64_t n_batch, n_seq, head_dim, rotary_dim;
+    int n_tensors;
+    tensor t[MAX_TENSORS];
+} call_data;
+
+/* Allocate t's buffers for [nb][ns][heads][head_dim]: 0 if too large. */
+static int setup_tensor(tensor *t, int64_t nb, int64_t ns, int64_t head_dim, size_t esize)
+{
+    const int64_t n[3] = {nb, ns, t->heads};
+    int64_t lo, hi;
+    int sx = span(n, t->xs, head_dim, &lo, &hi);
+    if (sx == SPAN_HUGE)
+        return 0;
+    t->xlo = lo;
+    t->xn = sx == SPAN_OVERFLOW ? 1 : hi - lo;
+    if (t->in_place) {
+        t->olo = t->xlo;
+        t->on = t->xn;
+        memcpy(t->os, t->xs, sizeof t->os);
+    } else {
+        const int so = span(n, t->os, head_dim, &lo, &hi);
+        if (so == SPAN_HUGE)
+            return 0;
+        t->olo = lo;
+        t->on = so == SPAN_OVERFLOW ? 1 : hi - lo;
+        sx = sx == SPAN_OVERFLOW ? sx : so;
+    }
+    t->x = xmalloc((size_t)t->xn * esize);
+    t->x0 = xmalloc((size_t)t->xn * esize);
+    t->xr = xmalloc((size_t)t->xn * esize);
+    t->out = t->in_place ? t->x : xmalloc((size_t)t->on * esize);
+    t->out0 = t->in_place ? t->x0 : xmalloc((size_t)t->on * esize);
+    t->outr = t->in_place ? t->xr : xmalloc((size_t)t->on * esize);
+    t->coord = xmalloc(sizeof(int16_t) * (size_t)t->on);
+    t->src = xmalloc(sizeof(int64_t) * (size_t)t->on);
+    for (int64_t e = 0; e < t->on; e++)
+        t->coord[e] = -1;
+    t->disjoint = 0;
+    if (sx != SPAN_OK || head_dim <= 0 || nb <= 0 || ns <= 0 || t->heads <= 0)
+        return 1;
+    /* where every row element lands (rows may overlap: the last one wins) */
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t s = 0; s < ns; s++)
+            for (int64_t h = 0; h < t->heads; h++)
+                for (int64_t d = 0; d < head_dim; d++) {
+                    const int64_t e = b * t->os[0] + s * t->os[1] + h * t->os[2] + d - t->olo;
+                    t->coord[e] = (int16_t)d;
+                    t->src[e] = b * t->xs[0] + s * t->xs[1] + h * t->xs[2] + d - t->xlo;
+                }
+    t->disjoint = rows_disjoint(n, t->os, head_dim);
+    return 1;
+}
+
+static void free_tensor(tensor *t)
+{
+    if (!t->out0 && !t->x0)
+        return;
+    if (!t->in_place) {
+        free(t->out); free(t->out0); free(t->outr);
+    }
+    free(t->x); free(t->x0); free(t->xr); free(t->coord); free(t->src);
+}
+
+/* Restore every buffer and make the call on instruction set isa. */
+static int run(call_data *cd, int isa, const rope_op *op, const rope_tensor *tensors, int n_tensors,
+               const rope_angles *angles)
+{
+    for (int k = 0; k < cd->n_tensors; k++) {
+        tensor *t = &cd->t[k];
+        memcpy(t->x, t->x0, (size_t)t->xn * cd->esize);
+        if (!t->in_place)
+            memcpy(t->out, t->out0, (size_t)t->on * cd->esize);
+    }
+    rope_set_isa(isa);
+    const int st = rope_rotate(op, tensors, n_tensors, angles);
+    check_status(st);
+    return st;
+}
+
+/* After a call: every buffer as before it? */
+static int untouched(const call_data *cd)
+{
+    for (int k = 0; k < cd->n_tensors; k++) {
+        const tensor *t = &cd->t[k];
+        if (memcmp(t->x, t->x0, (size_t)t->xn * cd->esize) != 0 ||
+            (!t->in_place && memcmp(t->out, t->out0, (size_t)t->on * cd->esize) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* Pair of coordinate d (< rotary_dim) in the layout. */
+static int64_t pair_of(int layout, int64_t d, int64_t half)
+{
+    return layout == ROPE_INTERLEAVED ? d / 2 : d < half ? d : d - half;
+}
+
+/* The checks of a successful scalar call (see the top of the file). */
+static void check_success(call_data *cd, int layout, const rope_op *op, const rope_tensor *tensors,
+                          const rope_angles *angles)
+{
+    const size_t es = cd->esize;
+    for (int k = 0; k < cd->n_tensors; k++) {
+        const tensor *t = &cd->t[k];
+        if (!t->in_place && memcmp(t->xr, t->x0, (size_t)t->xn * es) != 0)
+            abort(); /* x of an out-of-place call is read only */
+        for (int64_t e = 0; e < t->on; e++) {
+            const int16_t d = t->coord[e];
+            const uint8_t *now = t->outr + e * (int64_t)es;
+            if (d < 0 && memcmp(now, t->out0 + e * (int64_t)es, es) != 0)
+                abort(); /* no row reaches it: never written */
+            if (d >= cd->rotary_dim && t->disjoint && memcmp(now, t->x0 + t->src[e] * (int64_t)es, es) != 0)
+                abort(); /* coordinates past rotary_dim: copied, or left alone in place */
+        }
+    }
+    /* q and k in one call give what each gives alone */
+    if (cd->n_tensors >= 2)
+        for (int k = 0; k < cd->n_tensors; k++) {
+            const tensor *t = &cd->t[k];
+            if (run(cd, 0, op, &tensors[k], 1, angles) != ROPE_OK)
+                abort();
+            if (t->disjoint && !same_values(t->out, t->outr, t->on, cd->dtype, es))
+                abort();
+        }
+    /* sectioned positions: pair i turns as the position list of its
+     * component pair_component[i] turns it */
+    int64_t heads = 0;
+    for (int k = 0; k < cd->n_tensors; k++)
+        heads += tensors[k].n_heads;
+    if (!angles || angles->source != ROPE_POS_SECTIONS || cd->n_batch == 0 || cd->n_seq == 0 || heads == 0)
+        return; /* (else the angles were not needed, maybe not valid) */
+    const int64_t half = cd->rotary_dim / 2;
+    for (int c = 0; c < angles->n_components; c++) {
+        rope_angles list = *angles;
+        list.source = ROPE_POS_LIST;
+        list.positions = angles->positions + c * angles->strides[2];
+        list.strides[2] = 0;
+        list.n_components = 0;
+        list.pair_component = NULL;
+        if (run(cd, 0, op, tensors, cd->n_tensors, &list) != ROPE_OK)
+            abort();
+        for (int k = 0; k < cd->n_tensors; k++) {
+            const tensor *t = &cd->t[k];
+            if (!t->disjoint)
+                continue;
+            for (int64_t e = 0; e < t->on; e++) {
+                const int16_t d = t->coord[e];
+                if (d >= 0 && d < cd->rotary_dim && angles->pair_component[pair_of(layout, d, half)] == c &&
+                    !same_value(t->out + e * (int64_t)es, t->outr + e * (int64_t)es, cd->dtype, es))
+                    abort();
+            }
+        }
+    }
+}
+
+static const int N_TENSORS_OF[8] = {1, 2, 3, 0, -1, 1, 2, 3};
+
+static void fuzz_rotate(reader *r)
+{
+    call_data cd;
+    memset(&cd, 0, sizeof cd);
+    const int dtype = (int)take_small(r, -1, rope_dtype_count());
+    const int layout = (int)take_small(r, -1, 2);
+    const int inverse = (int)(take(r, 1) & 1);
+    const int64_t head_dim = take_small(r, -2, 80);
+    const int64_t rotary_dim = take_small(r, -2, 82);
+    const int64_t n[3] = {take_small(r, -1, 4), take_small(r, -1, 6), take_small(r, -1, 4)};
+    const int64_t hd = head_dim > 0 ? head_dim : 1;
+    const size_t esize = rope_dtype_size(dtype) > 0 ? (size_t)rope_dtype_size(dtype) : 2;
+    cd.dtype = dtype;
+    cd.esize = esize;
+    cd.n_batch = n[0];
+    cd.n_seq = n[1];
+    cd.head_dim = head_dim;
+    cd.rotary_dim = rotary_dim;
+    tensor *t0 = &cd.t[0];
+    t0->heads = n[2];
+    const int64_t xs[3] = {take_stride(r, n[1] * n[2] * hd), take_stride(r, n[2] * hd), take_stride(r, hd)};
+    memcpy(t0->xs, xs, sizeof xs);
+    t0->in_place = (int)(take(r, 1) & 1);
+    const int64_t os[3] = {take_stride(r, n[1] * n[2] * hd), take_stride(r, n[2] * hd), take_stride(r, hd)};
+    memcpy(t0->os, os, sizeof os);
+    cd.n_tensors = 1;
+    if (!setup_tensor(t0, n[0], n[1], hd, esize))
+        goto done; /* the caller could not have such buffers: nothing to test */
+    for (int64_t i = 0; i < t0->xn * (int64_t)esize; i++)
+        t0->x0[i] = (uint8_t)take(r, 1);
+    if (!t0->in_place)
+        memset(t0->out0, 0, (size_t)t0->on * esize);
+
+    /* positions: a pool of values (offsets from the table start and past
+     * the on-the-fly range among them) and the old list strides */
+    const int use_pos = (int)(take(r, 1) & 1);
+    int64_t pool[24];
+    for (int i = 0; i < 24; i++)
+        pool[i] = take_small(r, -5, 70) - (take(r, 1) % 9 == 0 ? (int64_t)1 << 40 : 0);
+    const int64_t p_sb = take(r, 1) & 1 ? 6 : 0;
+    const int64_t offset = take(r, 1) % 7 == 0 ? (int64_t)take(r, 8) : take_small(r, -3, 40);
+
+    /* angles: a table over [table_start, table_start + rows) or on the fly */
+    const int otf = (int)(take(r, 1) & 1);
+    const int64_t table_start = take_small(r, -10, 30), table_rows = take_small(r, -1, 80);
+    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
+    const int64_t rows = table_rows > 0 ? table_rows : 0;
+    const int64_t entries_read = (table_rows > 0 ? table_rows : 1) * (rotary_dim > 0 ? rotary_dim / 2 : 1);
+    float *cosb = xmalloc(sizeof(float) * (size_t)(rows * half));
+    float *sinb = xmalloc(sizeof(float) * (size_t)(rows * half));
+    for (int64_t i = 0; i < entries_read; i++) {
+        const float c = (float)take(r, 1) / 128.0f - 1.0f, s = (float)take(r, 1) / 128.0f - 1.0f;
+        if (i < rows * half) {
+            cosb[i] = c;
+            sinb[i] = s;
+        }
+    }
+    double w[96];
+    for (int i = 0; i < 96; i++)
+        w[i] = i < 8 ? take_freq(r) : ldexp(1.0, -i / 8);
+    double *wb = xmalloc(sizeof(double) * (size_t)half);
+    memcpy(wb, w, sizeof(double) * (size_t)half);
+    int threads = (int)take_small(r, 0, 4);
+    /* now and then x one byte off its element alignment: refused */
+    const int misalign = take(r, 1) % 16 == 0;
+
+    /* Fields added with the descriptor API; 0 (or an ended input) keeps the
+     * old meaning. The scale of on-the-fly angles: */
+    const double scale = scale_of((unsigned)take(r, 1));
+    /* the position source: 0 as before (use_pos), else sectioned, list,
+     * offset or an unknown code */
+    static const int BAD_SOURCES[6] = {-1, ROPE_POS_SECTIONS + 1, ROPE_POS_SECTIONS + 2, 255, INT_MIN, INT_MAX};
+    const int src_sel = (int)(take(r, 1) % 16);
+    int source = src_sel == 0 ? (use_pos ? ROPE_POS_LIST : ROPE_POS_OFFSET)
+               : src_sel <= 7 ? ROPE_POS_SECTIONS
+               : src_sel <= 10 ? ROPE_POS_LIST
+               : src_sel <= 13 ? ROPE_POS_OFFSET : 0;
+    if (src_sel >= 14)
+        source = BAD_SOURCES[take(r, 1) % 6];
+    const int nc = (int)(take(r, 1) % (ROPE_MAX_COMPONENTS + 2)); /* 0..MAX+1: both ends invalid */
+    const int nc_alloc = source == ROPE_POS_SECTIONS ? nc : 1;
+    const int64_t nb0 = n[0] > 0 ? n[0] : 0, ns0 = n[1] > 0 ? n[1] : 0;
+    int64_t ps[3] = {p_sb, 1, 0};
+    switch (take(r, 1) % 4) {
+    case 0:
+        if (source == ROPE_POS_SECTIONS) { /* component innermost */
+            ps[0] = ns0 * nc;
+            ps[1] = nc;
+            ps[2] = 1;
+        }
+        break;
+    case 1: /* planar: [component][batch][seq] */
+        ps[0] = ns0;
+        ps[1] = 1;
+        ps[2] = nb0 * ns0;
+        break;
+    case 2:
+        for (int k = 0; k < 3; k++) {
+            const int64_t v = take_small(r, -9, 9);
+            ps[k] = v == 9 ? ((int64_t)1 << 62) + 1 : v == -9 ? INT64_MIN : v;
+        }
+        break;
+    default: /* one position for the whole batch and every component */
+        ps[0] = 0;
+        ps[1] = 1;
+        ps[2] = 0;
+    }
+    int64_t *pbuf = NULL, *pbase = NULL;
+    if (source == ROPE_POS_LIST || source == ROPE_POS_SECTIONS) {
+        const int64_t pn[3] = {n[0], n[1], nc_alloc};
+        int64_t lo, hi;
+        const int sp = span(pn, ps, 1, &lo, &hi);
+        if (sp == SPAN_HUGE)
+            goto free_angles;
+        const int64_t count = sp == SPAN_OVERFLOW ? 1 : hi - lo;
+        pbuf = xmalloc(sizeof(int64_t) * (size_t)count);
+        for (int64_t j = 0; j < count; j++)
+            pbuf[j] = pool[j % 24];
+        pbase = pbuf - (sp == SPAN_OVERFLOW ? 0 : lo);
+    } else {
+        pbuf = pbase = xmalloc(0); /* never read */
+    }
+    /* the pair -> component map: mostly in range, sometimes not */
+    uint8_t *map = xmalloc(source == ROPE_POS_SECTIONS ? (size_t)half : 0);
+    if (source == ROPE_POS_SECTIONS)
+        for (int64_t i = 0; i < half; i++) {
+            const uint8_t e = (uint8_t)take(r, 1);
+            map[i] = e < 232 ? (uint8_t)(e % (nc > 0 ? nc : 1)) : (uint8_t)(e - 232 + (e & 1) * 224);
+        }
+
+    /* more tensors: a call rotates n_tensors (q, k, ...) at once */
+    cd.n_tensors = N_TENSORS_OF[take(r, 1) % 8];
+    for (int k = 1; k < cd.n_tensors; k++) {
+        tensor *t = &cd.t[k];
+        t->heads = take_small(r, -1, 4);
+        const int64_t xk[3] = {take_stride(r, n[1] * t->heads * hd), take_stride(r, t->heads * hd), take_stride(r, hd)};
+        memcpy(t->xs, xk, sizeof xk);
+        t->in_place = (int)(take(r, 1) & 1);
+        const int64_t ok[3] = {take_stride(r, n[1] * t->heads * hd), take_stride(r, t->heads * hd), take_stride(r, hd)};
+        memcpy(t->os, ok, sizeof ok);
+        uint64_t state = take(r, 8);
+        if (!setup_tensor(t, n[0], n[1], hd, esize)) {
+            cd.n_tensors = k; /* the ones set up so far are freed below */
+            goto free_all;
+        }
+        for (int64_t i = 0; i < t->xn * (int64_t)esize; i++)
+            t->x0[i] = (uint8_t)next_bits(&state);
+        if (!t->in_place)
+            for (int64_t i = 0; i < t->on * (int64_t)esize; i++)
+                t->out0[i] = (uint8_t)next_bits(&state);
+    }
+    const int n_setup = cd.n_tensors > 0 ? cd.n_tensors : 1; /* tensor 0 is always set up */
+    const int n_tensors = cd.n_tensors;
+    cd.n_tensors = n_setup;
+
+    /* one fault (or none): a NULL or misaligned pointer (which must be
+     * refused before any access), out aliasing x with other strides */
+    const unsigned fault = (unsigned)(take(r, 1) % 64); /* 1..18: a fault */
+    const int fk = (int)(take(r, 1) % (uint64_t)n_setup);
+    rope_tensor tensors[MAX_TENSORS];
+    for (int k = 0; k < n_setup; k++) {
+        tensor *t = &cd.t[k];
+        rope_tensor *d = &tensors[k];
+        d->x = t->x - t->xlo * (int64_t)esize;
+        d->out = t->out - t->olo * (int64_t)esize;
+        d->n_heads = t->heads;
+        memcpy(d->x_strides, t->xs, sizeof t->xs);
+        memcpy(d->out_strides, t->os, sizeof t->os);
+    }
+    if (misalign)
+        tensors[0].x = (const uint8_t *)tensors[0].x + 1;
+    rope_angles angles = {
+        .source = source, .offset = offset, .positions = pbase, .strides = {ps[0], ps[1], ps[2]},
+        .n_components = nc, .pair_component = map,
+        .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
+        .table_start = table_start, .table_rows = table_rows, .inv_freq = wb, .scale = scale};
+    const rope_tensor *tp = tensors;
+    const rope_angles *ap = &angles;
+    int no_op = 0;
+    switch (fault) {
+    case 1: no_op = 1; break;
+    case 2: tp = NULL; break;
+    case 3: ap = NULL; break;
+    case 4: angles.positions = NULL; break;
+    case 5: angles.pair_component = NULL; break;
+    case 6: angles.cos_table = cosb; angles.sin_table = NULL; break;
+    case 7: angles.cos_table = NULL; angles.sin_table = sinb; break;
+    case 8: angles.inv_freq = NULL; break;
+    case 9: tensors[fk].x = NULL; break;
+    case 10: tensors[fk].out = NULL; break;
+    case 11: /* out is x, with other strides */
+        tensors[fk].out = (void *)(uintptr_t)tensors[fk].x;
+        if (memcmp(tensors[fk].x_strides, tensors[fk].out_strides, sizeof tensors[fk].x_strides) == 0)
+            tensors[fk].out_strides[fk] += 2;
+        break;
+    case 12: tensors[fk].out = (uint8_t *)tensors[fk].out + 1; break;
+    case 13: angles.positions = (const int64_t *)(const void *)((const char *)pbase + 4); break;
+    case 14: if (angles.cos_table) angles.cos_table = (const float *)(const void *)((const char *)cosb + 1); break;
+    case 15: if (angles.sin_table) angles.sin_table = (const float *)(const void *)((const char *)sinb + 2); break;
+    case 16: angles.inv_freq = (const double *)(const void *)((const char *)wb + 4); break;
+    case 17: threads = -7; break;
+    case 18: threads = 1000; break;
+    default: break;
+    }
+    const rope_op op = {dtype, layout, inverse, n[0], n[1], head_dim, rotary_dim, threads};
+    const rope_op *opp = no_op ? NULL : &op;
+    /* scalar first, then every other supported instruction set */
+    const int isa0 = rope_get_isa();
+    const int st0 = run(&cd, 0, opp, tp, n_tensors, ap);
+    for (int k = 0; k < n_setup; k++) {
+        tensor *t = &cd.t[k];
+        memcpy(t->xr, t->x, (size_t)t->xn * esize);
+        if (!t->in_place)
+            memcpy(t->outr, t->out, (size_t)t->on * esize);
+    }
+    if (st0 != ROPE_OK && !untouched(&cd))
+        abort(); /* nothing may be written before an error */
+    const int want = contract(opp, tp, n_tensors, ap);
+    if (want >= 0 && (st0 == ROPE_OK) != want)
+        abort(); /* accepted exactly when pyrope.h says the call is valid */
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    for (int i = 0; i < n_isas; i++) {
+        const int st = run(&cd, isas[i], opp, tp, n_tensors, ap);
+        if (st != st0)
+            abort(); /* error decisions must not depend on the kernel */
+        if (st != ROPE_OK && !untouched(&cd))
+            abort();
+        for (int k = 0; k < n_setup && st == ROPE_OK; k++) {
+            const tensor *t = &cd.t[k];
+            if (!t->in_place && memcmp(t->x, t->x0, (size_t)t->xn * esize) != 0)
+                abort();
+            if (t->disjoint && !same_values(t->out, t->outr, t->on, dtype, esize))
+                abort(); /* scalar and SIMD kernels must agree bit for bit */
+        }
+    }
+    if (st0 == ROPE_OK && tp && n_tensors > 0)
+        check_success(&cd, layout, opp, tp, ap);
+    rope_set_isa(isa0);
+
+free_all:
+    free(map);
+    free(pbuf);
+free_angles:
+    free(cosb); free(sinb); free(wb);
+done:
+    for (int k = 0; k < MAX_TENSORS; k++)
+        free_tensor(&cd.t[k]);
+}
+
+/* ---- big tokens ---------------------------------------------------------------- */
+
+/* Big tokens, for inputs whose first byte is 0xB1 (no input saved before
+ * this mode starts with it): the shapes for which the kernels take paths of
+ * their own -- rotary_dim 128, a token's heads back to back with 512 pairs
+ * or more, heads with gaps between them -- at every element-aligned
+ * placement, with 1-3 threads; one tensor or q and k in one call, positions
+ * from an offset, a list or sections, and rotary_dim/2 around
+ * ROPE_MAX_OTF_HALF. The values come from a generator seeded by the input
+ * (the buffers are larger than inputs). Every instruction set must agree
+ * with scalar bit for bit, every element outside the rotated coordinates
+ * (before, between heads, after) must come back unchanged, x of an
+ * out-of-place call too, and tables and on-the-fly angles must agree.
+ * AddressSanitizer watches the ends. */
+typedef struct {
+    int64_t heads, stride, lead, rows;
+    size_t bytes;
+    uint8_t *orig, *x, *out, *res;
+} big_tensor;
+
 static void fuzz_big(reader *r)
 {
     static const int64_t dims[5] = {64, 96, 128, 136, 256};
-    const int dtype = (int)take_small(r, 0, 3), layout = (int)take_small(r, 0, 1);
+    const int dtype = (int)take_small(r, 0, rope_dtype_count() - 1), layout = (int)take_small(r, 0, 1);
     const int inverse = (int)(take(r, 1) & 1), in_place = (int)(take(r, 1) & 1);
-    const int64_t head_dim = dims[take(r, 1) % 5];
-    const int64_t rotary_dim = take(r, 1) & 1 ? head_dim : 2 * take_small(r, 1, head_dim / 2);
-    const int64_t heads = take_small(r, 1, 40), seq = take_small(r, 1, 3);
+    int64_t head_dim = dims[take(r, 1) % 5];
+    int64_t rotary_dim = take(r, 1) & 1 ? head_dim : 2 * take_small(r, 1, head_dim / 2);
+    int64_t heads = take_small(r, 1, 40);
+    const int64_t seq = take_small(r, 1, 3);
     const int64_t gap = 2 * (int64_t)(take(r, 1) % 4), lead = take_small(r, 0, 31);
     const int threads = (int)take_small(r, 1, 3), otf = (int)(take(r, 1) & 1);
     const int64_t offset = (int64_t)(take(r, 4) % 2147483000u);
     uint64_t state = take(r, 8);
-    const size_t esize = dtype == ROPE_F64 ? 8 : dtype == ROPE_F32 ? 4 : 2;
-    const int64_t stride = head_dim + gap, rows = seq * heads * stride;
-    const size_t bytes = (size_t)(lead + rows + 16) * esize;
-    uint8_t *orig = malloc(bytes), *a = malloc(bytes), *b = malloc(bytes);
-    uint8_t *xa = malloc(bytes), *xb = malloc(bytes);
-    for (size_t i = 0; i < bytes; i++)
-        orig[i] = (uint8_t)next_bits(&state);
-    memcpy(a, orig, bytes);
-    memcpy(b, orig, bytes);
-    memcpy(xa, orig, bytes);
-    memcpy(xb, orig, bytes);
+    /* new fields (0: as before): the position source, components and map,
+     * a second tensor, a second batch row, rotary_dim/2 near the limit */
+    const int src_sel = (int)(take(r, 1) % 4);
+    const int source = src_sel == 0 ? ROPE_POS_OFFSET : src_sel == 1 ? ROPE_POS_LIST : ROPE_POS_SECTIONS;
+    const int nc = source == ROPE_POS_SECTIONS ? 1 + (int)(take(r, 1) % ROPE_MAX_COMPONENTS) : 1;
+    const int map_mode = (int)(take(r, 1) % 3);
+    const int64_t kv_heads = (int64_t)(take(r, 1) % 9);
+    const int64_t batch = 1 + (int64_t)(take(r, 1) % 2);
+    if (take(r, 1) % 4 == 3) {
+        head_dim = rotary_dim = 2 * (ROPE_MAX_OTF_HALF - 1 + (int64_t)(take(r, 1) % 3));
+        heads = 1 + heads % 3;
+    }
     const int64_t half = rotary_dim / 2;
-    double w[128];
+    const size_t esize = (size_t)rope_dtype_size(dtype);
+
+    big_tensor T[2];
+    const int n_tensors = kv_heads ? 2 : 1;
+    rope_tensor tensors[2];
+    for (int k = 0; k < n_tensors; k++) {
+        big_tensor *t = &T[k];
+        t->heads = k ? kv_heads : heads;
+        t->stride = head_dim + (k ? 2 * (int64_t)(next_bits(&state) % 4) : gap);
+        t->lead = k ? (int64_t)(next_bits(&state) % 32) : lead;
+        t->rows = batch * seq * t->heads * t->stride;
+        t->bytes = (size_t)(t->lead + t->rows + 16) * esize;
+        t->orig = xmalloc(t->bytes);
+        t->x = xmalloc(t->bytes);
+        t->out = xmalloc(t->bytes);
+        t->res = xmalloc(t->bytes);
+        for (size_t i = 0; i < t->bytes; i++)
+            t->orig[i] = (uint8_t)next_bits(&state);
+        uint8_t *o = t->out + t->lead * (int64_t)esize;
+        const int64_t s[3] = {seq * t->heads * t->stride, t->heads * t->stride, t->stride};
+        tensors[k] = (rope_tensor){in_place ? o : t->x + t->lead * (int64_t)esize, o, t->heads,
+                                   {s[0], s[1], s[2]}, {s[0], s[1], s[2]}};
+    }
+
+    /* positions in [offset, offset + seq], planar [component][batch][seq] */
+    const int64_t n_pos = batch * seq * nc;
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)n_pos);
+    for (int64_t i = 0; i < n_pos; i++)
+        pos[i] = offset + (int64_t)(next_bits(&state) % (uint64_t)(seq + 1));
+    uint8_t *map = xmalloc((size_t)half);
+    for (int64_t i = 0; i < half; i++)
+        map[i] = (uint8_t)(map_mode == 0 ? i * nc / half : map_mode == 1 ? i % nc : (int64_t)(next_bits(&state) % (uint64_t)nc));
+    double *w = xmalloc(sizeof(double) * (size_t)half);
     for (int64_t i = 0; i < half; i++)
         w[i] = pow(10000.0, -2.0 * (double)i / (double)rotary_dim);
-    float *cos = malloc(sizeof(float) * (size_t)(seq * half)), *sin = malloc(sizeof(float) * (size_t)(seq * half));
-    if (rope_cos_sin_range_f32(offset, seq, w, half, 1.0, cos, sin) != ROPE_OK)
+    float *cos = xmalloc(sizeof(float) * (size_t)((seq + 1) * half));
+    float *sin = xmalloc(sizeof(float) * (size_t)((seq + 1) * half));
+    if (rope_cos_sin_range_f32(offset, seq + 1, w, half, 1.0, cos, sin) != ROPE_OK)
         abort();
-    const int isa = rope_get_isa();
-    uint8_t *res[2] = {a, b};
-    uint8_t *src[2] = {xa, xb};
-    for (int k = 0; k < 2; k++) {
-        rope_set_isa(k ? isa : ROPE_ISA_SCALAR);
-        uint8_t *x = (in_place ? res[k] : src[k]) + lead * (int64_t)esize;
-        uint8_t *o = res[k] + lead * (int64_t)esize;
-        const int st = rope_rotate(dtype, layout, inverse, x, o, 1, seq, heads, head_dim, rotary_dim,
-                                   rows, heads * stride, stride, rows, heads * stride, stride,
-                                   NULL, 0, 0, offset, otf ? NULL : cos, otf ? NULL : sin,
-                                   offset, seq, w, 1.0, threads);
-        if (st != ROPE_OK)
-            abort(); /* every argument here is valid */
+    rope_angles angles = {.source = source, .offset = offset, .positions = pos,
+                          .strides = {seq, 1, batch * seq}, .n_components = nc, .pair_component = map,
+                          .cos_table = otf ? NULL : cos, .sin_table = otf ? NULL : sin,
+                          .table_start = offset, .table_rows = seq + 1, .inv_freq = w, .scale = 1.0};
+    const rope_op op = {dtype, layout, inverse, batch, seq, head_dim, rotary_dim, threads};
+    /* every argument is valid but rotary_dim/2 may be past the limit of
+     * on-the-fly angles and sectioned positions */
+    const int valid = half <= ROPE_MAX_OTF_HALF || (!otf && source != ROPE_POS_SECTIONS);
+
+    const int isa0 = rope_get_isa();
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    int st0 = ROPE_OK;
+    for (int i = 0; i <= n_isas + 2; i++) {
+        /* scalar, every other set, then scalar with the other angle form
+         * and (for two tensors) scalar with the first tensor alone */
+        if (i == n_isas + 1) {
+            angles.cos_table = otf ? cos : NULL;
+            angles.sin_table = otf ? sin : NULL;
+        } else if (i == n_isas + 2) {
+            angles.cos_table = otf ? NULL : cos;
+            angles.sin_table = otf ? NULL : sin;
+            if (n_tensors == 1)
+                break;
+        }
+        for (int k = 0; k < n_tensors; k++) {
+            memcpy(T[k].x, T[k].orig, T[k].bytes);
+            memcpy(T[k].out, T[k].orig, T[k].bytes);
+        }
+        rope_set_isa(i > 0 && i <= n_isas ? isas[i - 1] : 0);
+        const int st = rope_rotate(&op, tensors, i == n_isas + 2 ? 1 : n_tensors, &angles);
+        check_status(st);
+        if (i == 0) {
+            st0 = st;
+            if ((st == ROPE_OK) != valid)
+                abort();
+        } else if (i <= n_isas && st != st0) {
+            abort(); /* error decisions must not depend on the kernel */
+        }
+        if (st != ROPE_OK) {
+            for (int k = 0; k < n_tensors; k++)
+                if (memcmp(T[k].out, T[k].orig, T[k].bytes) != 0 || memcmp(T[k].x, T[k].orig, T[k].bytes) != 0)
+                    abort(); /* nothing written before an error */
+            if (i == 0)
+                break;
+            continue; /* the other angle form may be out of its limits */
+        }
+        for (int k = 0; k < (i == n_isas + 2 ? 1 : n_tensors); k++) {
+            const big_tensor *t = &T[k];
+            if (i == 0) {
+                memcpy(t->res, t->out, t->bytes);
+                for (int64_t e = 0; e < (int64_t)(t->bytes / esize); e++) {
+                    const int64_t j = e - t->lead;
+                    const int in_rows = j >= 0 && j < t->rows && j % t->stride < rotary_dim;
+                    if (!in_rows && memcmp(t->out + e * (int64_t)esize, t->orig + e * (int64_t)esize, esize) != 0)
+                        abort(); /* nothing outside the rotated coordinates is written */
+                }
+            } else if (!same_values(t->res, t->out, (int64_t)(t->bytes / esize), dtype, esize)) {
+                abort(); /* every kernel, angle form and tensor grouping: the same bits */
+            }
+            if (!in_place && memcmp(t->x, t->orig, t->bytes) != 0)
+                abort(); /* the input of an out-of-place call is left alone */
+        }
     }
-    rope_set_isa(isa);
-    if (!same_values(a, b, (int64_t)(bytes / esize), dtype))
-        abort(); /* scalar and best kernel must agree bit for bit */
-    for (int64_t e = 0; e < (int64_t)(bytes / esize); e++) {
-        const int64_t j = e - lead;
-        const int in_rows = j >= 0 && j < rows && j % stride < rotary_dim;
-        if (!in_rows && memcmp(a + e * (int64_t)esize, orig + e * (int64_t)esize, esize) != 0)
-            abort(); /* nothing outside the rotated coordinates is written */
+    rope_set_isa(isa0);
+    for (int k = 0; k < n_tensors; k++) {
+        free(T[k].orig); free(T[k].x); free(T[k].out); free(T[k].res);
     }
-    if (!in_place && (memcmp(xa, orig, bytes) != 0 || memcmp(xb, orig, bytes) != 0))
-        abort(); /* the input of an out-of-place call is left alone */
-    free(orig); free(a); free(b); free(xa); free(xb); free(cos); free(sin);
+    free(pos); free(map); free(w); free(cos); free(sin);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
     const uint64_t first = take(&r, 1);
-    if (first == 0xB1) {
+    if (first == 0xB1)
         fuzz_big(&r);
-        return 0;
-    }
-    if (first % 4 == 0) {
+    else if (first % 4 == 0)
         fuzz_tables(&r);
-        return 0;
-    }
-    const int dtype = (int)take_small(&r, -1, 4);
-    const int layout = (int)take_small(&r, -1, 2);
-    const int inverse = (int)(take(&r, 1) & 1);
-    const int64_t head_dim = take_small(&r, -2, 80);
-    const int64_t rotary_dim = take_small(&r, -2, 82);
-    const int64_t n[3] = {take_small(&r, -1, 4), take_small(&r, -1, 6), take_small(&r, -1, 4)};
-    const int64_t hd = head_dim > 0 ? head_dim : 1;
-    const int64_t xs[3] = {take_stride(&r, n[1] * n[2] * hd), take_stride(&r, n[2] * hd),
-                           take_stride(&r, hd)};
-    const int in_place = (int)(take(&r, 1) & 1);
-    const int64_t os[3] = {take_stride(&r, n[1] * n[2] * hd), take_stride(&r, n[2] * hd),
-                           take_stride(&r, hd)};
-    const size_t esize = dtype == ROPE_F64 ? 8 : dtype == ROPE_F32 ? 4 : 2;
-
-    int64_t xlo, xhi, olo, ohi;
-    if (!span(n, xs, hd, &xlo, &xhi) || !span(n, in_place ? xs : os, hd, &olo, &ohi))
-        return 0; /* the caller could not have such buffers: nothing to test */
-    uint8_t *xbuf = malloc((size_t)(xhi - xlo) * esize);
-    uint8_t *obuf = malloc((size_t)(ohi - olo) * esize);
-    uint8_t *obuf2 = malloc((size_t)(ohi - olo) * esize);
-    for (int64_t i = 0; i < (xhi - xlo) * (int64_t)esize; i++)
-        xbuf[i] = (uint8_t)take(&r, 1);
-    memset(obuf, 0, (size_t)(ohi - olo) * esize);
-
-    /* positions: NULL (offset) or an array with its own strides */
-    const int use_pos = (int)(take(&r, 1) & 1);
-    int64_t pos[4 * 6];
-    for (int i = 0; i < 24; i++)
-        pos[i] = take_small(&r, -5, 70) - (take(&r, 1) % 9 == 0 ? (int64_t)1 << 40 : 0);
-    const int64_t p_sb = take(&r, 1) & 1 ? 6 : 0, p_ss = 1;
-    const int64_t offset = take(&r, 1) % 7 == 0 ? (int64_t)take(&r, 8) : take_small(&r, -3, 40);
-
-    /* angles: a table over [table_start, table_start + rows) or on the fly */
-    const int otf = (int)(take(&r, 1) & 1);
-    const int64_t table_start = take_small(&r, -10, 30), table_rows = take_small(&r, -1, 80);
-    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 1;
-    const int64_t tr = table_rows > 0 ? table_rows : 1;
-    float *cosb = malloc(sizeof(float) * (size_t)(tr * half));
-    float *sinb = malloc(sizeof(float) * (size_t)(tr * half));
-    for (int64_t i = 0; i < tr * half; i++) {
-        cosb[i] = (float)take(&r, 1) / 128.0f - 1.0f;
-        sinb[i] = (float)take(&r, 1) / 128.0f - 1.0f;
-    }
-    double w[96];
-    for (int i = 0; i < 96; i++)
-        w[i] = i < 8 ? take_freq(&r) : ldexp(1.0, -i / 8);
-    const int threads = (int)take_small(&r, 0, 4);
-
-    /* now and then a pointer one byte off its element alignment: refused */
-    const int misalign = take(&r, 1) % 16 == 0;
-    uint8_t *x0 = xbuf - xlo * (int64_t)esize + misalign;
-    uint8_t *ob = in_place ? xbuf : obuf;
-    uint8_t *o0 = ob - (in_place ? xlo : olo) * (int64_t)esize;
-    const int64_t *o_s = in_place ? xs : os;
-    const float *ct = otf ? NULL : cosb, *st = otf ? NULL : sinb;
-    uint8_t *xcopy = malloc((size_t)(xhi - xlo) * esize);
-    memcpy(xcopy, xbuf, (size_t)(xhi - xlo) * esize);
-
-    const int isa = rope_get_isa();
-    rope_set_isa(ROPE_ISA_SCALAR);
-    const int st1 = rope_rotate(dtype, layout, inverse, x0, o0, n[0], n[1], n[2], head_dim,
-                                rotary_dim, xs[0], xs[1], xs[2], o_s[0], o_s[1], o_s[2],
-                                use_pos ? pos : NULL, p_sb, p_ss, offset, ct, st,
-                                table_start, table_rows, w, 1.0, threads);
-    const int disjoint = rows_disjoint(n, xs, hd) && rows_disjoint(n, o_s, hd);
-    if (disjoint)
-        memcpy(obuf2, ob, (size_t)((in_place ? xhi - xlo : ohi - olo)) * esize);
-    /* again with the best kernel, from the same input */
-    memcpy(xbuf, xcopy, (size_t)(xhi - xlo) * esize);
-    if (!in_place)
-        memset(obuf, 0, (size_t)(ohi - olo) * esize);
-    rope_set_isa(isa);
-    const int st2 = rope_rotate(dtype, layout, inverse, x0, o0, n[0], n[1], n[2], head_dim,
-                                rotary_dim, xs[0], xs[1], xs[2], o_s[0], o_s[1], o_s[2],
-                                use_pos ? pos : NULL, p_sb, p_ss, offset, ct, st,
-                                table_start, table_rows, w, 1.0, threads);
-    if (st1 != st2)
-        abort(); /* error decisions must not depend on the kernel */
-    if (st1 == ROPE_OK && disjoint &&
-        !same_values(obuf2, ob, in_place ? xhi - xlo : ohi - olo, dtype))
-        abort(); /* scalar and SIMD kernels must agree bit for bit */
-    if (st1 != ROPE_OK && memcmp(xbuf, xcopy, (size_t)(xhi - xlo) * esize) != 0)
-        abort(); /* nothing may be written before an error */
-    if (st1 != ROPE_OK && !in_place)
-        for (int64_t i = 0; i < (ohi - olo) * (int64_t)esize; i++)
-            if (obuf[i] != 0)
-                abort();
-
-    free(xbuf); free(obuf); free(obuf2); free(xcopy); free(cosb); free(sinb);
+    else
+        fuzz_rotate(&r);
     return 0;
 }
