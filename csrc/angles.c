@@ -60,8 +60,8 @@ int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int6
     const int tabled = rope_angles_tabled(a);
     if (tabled ? !a->sin_table : (a->sin_table || !a->inv_freq))
         return ROPE_E_NULL;
-    if (!rope_aligned(a->cos_table, 4) || !rope_aligned(a->sin_table, 4) ||
-        !rope_aligned(a->inv_freq, 8))
+    if (tabled ? !rope_aligned(a->cos_table, 4) || !rope_aligned(a->sin_table, 4)
+               : !rope_aligned(a->inv_freq, 8))  /* only what the source reads */
         return ROPE_E_ALIGN;
     if (tabled) {
         int64_t entries;

@@ -7,11 +7,14 @@
 #include "angles.h"
 
 /* Does [n_batch][n_seq][n_heads][extent] under strides (sb, ss, sh), which
- * may be negative, stay within int64 element offsets? */
+ * may be negative, stay within int64 element offsets? (An empty array reaches
+ * nothing, whatever its strides.) */
 static int span_ok(int64_t n_batch, int64_t n_seq, int64_t n_heads, int64_t extent,
                    const int64_t s[3])
 {
     const int64_t n[3] = {n_batch, n_seq, n_heads};
+    if (n_batch == 0 || n_seq == 0 || n_heads == 0)
+        return 1;
     int64_t lo = 0, hi = extent;
     for (int k = 0; k < 3; k++) {
         int64_t reach;

@@ -166,7 +166,8 @@ enum {
     ROPE_POS_SECTIONS = 2  /* n_components positions per token, component c at
                             * positions[b*strides[0] + s*strides[1] + c*strides[2]];
                             * rotation pair i turns by component pair_component[i]
-                            * (multimodal RoPE) */
+                            * (multimodal RoPE); rotary_dim/2 <= ROPE_MAX_OTF_HALF
+                            * with tables too (the row is gathered per token) */
 };
 
 /* The angles of a call: which position each token (and pair) uses, and

@@ -229,16 +229,17 @@ def direct_key(arrays, seq_axis, inverse, rope_key):
 def direct_call(key, arrays, seq_axis, inverse, rope_key):
     """The ``_kernel.Call`` for C-contiguous ``arrays`` (one per tensor, each
     rotated in place or into a fresh C-contiguous array of its shape), or None
-    when they need the general path (fewer than 3 dims, empty, another head
-    size or a dtype the kernel lacks, q and k of other dtypes or tokens).
+    when they need the general path (a seq_axis other than -3 or -2, fewer
+    than 3 dims, empty, another head size or a dtype the kernel lacks, q and k
+    of other dtypes or tokens).
     Planned by the same view code as :func:`plan_rotation` the first time
     their shapes and dtypes are seen; callers look ``CALLS[key]`` up first
     (``key`` from :func:`direct_key`), so a repeated call is a dict lookup."""
     first = arrays[0]
     layout, rotary_dim, head_dim = rope_key
     call = None
-    if (all(a.ndim >= 3 and a.size and a.shape[-1] == head_dim and a.dtype == first.dtype for a in arrays)
-            and first.dtype in _kernel.DTYPE_CODES
+    if (seq_axis in (-3, -2) and first.dtype in _kernel.DTYPE_CODES
+            and all(a.ndim >= 3 and a.size and a.shape[-1] == head_dim and a.dtype == first.dtype for a in arrays)
             and all(same_tokens(first, a, seq_axis) for a in arrays[1:])):
         views = [as_4d(token_view(a, seq_axis)) for a in arrays]
         v = views[0]

@@ -360,7 +360,7 @@ class _Job:
 def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
     """The results of rotating C-contiguous ``arrays`` through the memoised
     plan, or None when the call needs the general path."""
-    if type(offset) is not int or type(seq_axis) is not int or seq_axis not in (-3, -2):
+    if type(offset) is not int or type(seq_axis) is not int:  # -3.0 == -3: never a memo key
         return None
     window = rope._tables.window
     if window is None:

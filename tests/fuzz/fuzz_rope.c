@@ -369,22 +369,9 @@ static int servable(const rope_angles *a, int64_t p)
     return p >= a->table_start && (uint64_t)p - (uint64_t)a->table_start < (uint64_t)a->table_rows;
 }
 
-/* Is |s| large enough that a count times it may leave int64? */
-static int huge_stride(const int64_t s[3])
-{
-    for (int k = 0; k < 3; k++)
-        if (s[k] <= -((int64_t)1 << 62) || s[k] >= (int64_t)1 << 62)
-            return 1;
-    return 0;
-}
-
 /* Should rope_rotate accept this call, by the contract of pyrope.h?
- * 1 yes, 0 no, -1 the contract leaves it open:
- *   - an empty tensor (n_batch or n_seq 0) with strides so large that
- *     (count - 1) * stride leaves int64 (csrc rejects it with
- *     ROPE_E_OVERFLOW although no element is reached);
- *   - a misaligned inv_freq that a tabled call does not use (csrc rejects
- *     it with ROPE_E_ALIGN). */
+ * 1 yes, 0 no. (An empty call reaches no element whatever its strides, and
+ * a tabled call never reads inv_freq: both are accepted.) */
 static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, const rope_angles *a)
 {
     if (!op)
@@ -401,7 +388,6 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
     if (n_tensors > 0 && !t)
         return 0;
     const size_t esize = (size_t)rope_dtype_size(op->dtype);
-    int either = 0;
     int64_t heads = 0;
     for (int k = 0; k < n_tensors; k++) {
         if (t[k].n_heads < 0)
@@ -415,9 +401,6 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
         if (span(n, t[k].x_strides, op->head_dim, &lo, &hi) == SPAN_OVERFLOW ||
             span(n, t[k].out_strides, op->head_dim, &lo, &hi) == SPAN_OVERFLOW)
             return 0;
-        if ((op->n_batch == 0 || op->n_seq == 0) &&
-            (huge_stride(t[k].x_strides) || huge_stride(t[k].out_strides)))
-            either = 1;
         if (!aligned(t[k].x, esize) || !aligned(t[k].out, esize))
             return 0;
         if ((const void *)t[k].out == t[k].x &&
@@ -426,7 +409,7 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
         heads += t[k].n_heads;
     }
     if (op->n_batch == 0 || op->n_seq == 0 || heads == 0)
-        return either ? -1 : 1; /* nothing to do: the angles are not read */
+        return 1; /* nothing to do: the angles are not read */
     if (!a)
         return 0;
     if (a->source != ROPE_POS_OFFSET && a->source != ROPE_POS_LIST && a->source != ROPE_POS_SECTIONS)
@@ -434,8 +417,7 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
     const int64_t half = op->rotary_dim / 2;
     const int nc = a->source == ROPE_POS_SECTIONS ? a->n_components : 1;
     if (a->source == ROPE_POS_SECTIONS) {
-        /* (pyrope.h states the half limit for on-the-fly angles only; csrc
-         * applies it to every sectioned call) */
+        /* the gathered row needs rotary_dim/2 <= ROPE_MAX_OTF_HALF (pyrope.h) */
         if (nc < 1 || nc > ROPE_MAX_COMPONENTS || !a->pair_component || half > ROPE_MAX_OTF_HALF)
             return 0;
         for (int64_t i = 0; i < half; i++)
@@ -445,8 +427,6 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
     if (a->cos_table) {
         if (!a->sin_table || !aligned(a->cos_table, 4) || !aligned(a->sin_table, 4) || a->table_rows < 0)
             return 0;
-        if (!aligned(a->inv_freq, 8))
-            either = 1;
     } else {
         if (a->sin_table || !a->inv_freq || !aligned(a->inv_freq, 8) || half > ROPE_MAX_OTF_HALF ||
             !scale_ok(a->scale) || !freqs_ok(a->inv_freq, half))
@@ -458,7 +438,7 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
             return 0;
         if (!servable(a, a->offset) || !servable(a, last))
             return 0; /* the positions form a run: its ends decide */
-        return either ? -1 : 1;
+        return 1;
     }
     if (!a->positions || !aligned(a->positions, 8))
         return 0;
@@ -471,7 +451,7 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
             for (int c = 0; c < nc; c++)
                 if (!servable(a, a->positions[b * a->strides[0] + s * a->strides[1] + c * a->strides[2]]))
                     return 0;
-    return either ? -1 : 1;
+    return 1;
 }
 
 /* ---- rotation ---------------------------------------------------------------- */
@@ -870,8 +850,7 @@ static void fuzz_rotate(reader *r)
     }
     if (st0 != ROPE_OK && !untouched(&cd))
         abort(); /* nothing may be written before an error */
-    const int want = contract(opp, tp, n_tensors, ap);
-    if (want >= 0 && (st0 == ROPE_OK) != want)
+    if ((st0 == ROPE_OK) != contract(opp, tp, n_tensors, ap))
         abort(); /* accepted exactly when pyrope.h says the call is valid */
     int isas[MAX_ISAS];
     const int n_isas = other_isas(isas);
