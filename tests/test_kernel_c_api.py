@@ -217,7 +217,7 @@ def test_c_refuses_misaligned_and_null_pointers():
     t.x_strides = t.out_strides = (-2**63, 8, 8)           # reaches nothing when empty ...
     op.n_batch = 0
     assert lib.rope_rotate(op, t, 1, a) == lib.ROPE_OK
-    op.n_batch = 2                                         # ... but overflows when not
+    op.n_batch = 3                                         # ... but overflows when not
     assert lib.rope_rotate(op, t, 1, a) == lib.ROPE_E_OVERFLOW
     assert lib.rope_bandwidth_pass(address(x), -1, 0, 2) == lib.ROPE_E_COUNT
     assert lib.rope_bandwidth_pass(ffi.NULL, 4, 0, 2) == lib.ROPE_E_NULL
