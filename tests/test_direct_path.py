@@ -336,3 +336,78 @@ def test_contiguous_q_and_k_sharing_memory_get_the_general_path_decisions(isa, p
     with pytest.raises(ValueError, match="q and k must be different arrays"):
         paths.general_path(rope.apply_qk, q, q, offset=2, out=(q, q))
     assert np.array_equal(bits(buf), bits(keep))
+
+
+# ---- bugs of the old fast path --------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [-3.0, -2.0, np.float64(-3.0)], ids=["-3.0", "-2.0", "np.float64(-3.0)"])
+def test_a_float_seq_axis_is_refused_even_once_an_int_plan_is_cached(bad, rng):
+    # The old per-shape plan cache was keyed by seq_axis, and -3.0 == -3: a
+    # float seq_axis was refused on a first call but accepted once an int
+    # plan for that shape was cached.
+    rope = Rope(16, layout="split_half")
+    rope.apply(np.zeros((1, 2, 16), np.float32), offset=0)        # rows cached, not this shape
+    x = rng.standard_normal((2, 3, 4, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 3, 4, 16)).astype(np.float32)
+    good = int(bad)
+    calls = [lambda: rope.apply(x, seq_axis=bad), lambda: rope.apply(x, seq_axis=bad, out=x),
+             lambda: rope.apply_qk(x, k, seq_axis=bad), lambda: rope.apply_qk(x, k, seq_axis=bad, out=(x, k))]
+    first = []
+    for call in calls:
+        with pytest.raises(TypeError, match="seq_axis must be an integer") as e:
+            call()
+        first.append(str(e.value))
+    keep = x.copy(), k.copy()
+    for _ in range(2):                                            # int plans for this shape
+        rope.apply(x, seq_axis=good)
+        rope.apply_qk(x, k, seq_axis=good)
+        rope.apply(x.copy(), seq_axis=good, out=x.copy())
+    for call, message in zip(calls, first):
+        with pytest.raises(TypeError) as e:
+            call()
+        assert str(e.value) == message
+    assert np.array_equal(bits(x), bits(keep[0])) and np.array_equal(bits(k), bits(keep[1]))
+
+
+def misaligned(a):
+    """A C-contiguous copy of ``a`` whose data starts one byte past an aligned address."""
+    a = np.asarray(a)
+    raw = np.zeros(a.nbytes + 1, np.uint8)
+    view = raw[1:].view(a.dtype).reshape(a.shape)
+    view[...] = a
+    assert view.flags.c_contiguous and not view.flags.aligned
+    return view
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no rows cached", "rows cached"])
+@pytest.mark.parametrize("shape", [(4,), (3, 4)], ids=["[seq]", "[batch, seq]"])
+def test_misaligned_positions_and_arrays_are_copied_not_refused(isa, cached, shape, rng):
+    # The old code refused contiguous but misaligned int64 positions with an
+    # anonymous "a pointer is not aligned" error, while it copied a misaligned x.
+    rope = Rope(16, layout="split_half", rotary_dim=12)
+    x = rng.standard_normal((3, 4, 2, 16)).astype(np.float32)
+    k = rng.standard_normal((3, 4, 1, 16)).astype(np.float32)
+    pos = rng.integers(0, 50, size=shape)
+    if cached:
+        rope.apply(x, offset=0)
+        rope.apply(x, offset=0)
+    bad_pos = misaligned(pos.astype(np.int64))
+    want = rope.apply(x, pos)
+    want_k = rope.apply(k, pos)
+    full = np.broadcast_to(pos, (3, 4))
+    for b in range(3):
+        assert_rotation_close(want[b], reference_rotation(rope, x[b], full[b]), x[b], 12, "split_half")
+    assert np.array_equal(bits(rope.apply(x, bad_pos)), bits(want))
+    got_q, got_k = rope.apply_qk(x, k, bad_pos)
+    assert np.array_equal(bits(got_q), bits(want)) and np.array_equal(bits(got_k), bits(want_k))
+    y = x.copy()
+    rope.apply(y, bad_pos, out=y)
+    assert np.array_equal(bits(y), bits(want))
+    bad_x = misaligned(x)
+    assert np.array_equal(bits(rope.apply(bad_x, pos)), bits(want))
+    assert np.array_equal(bits(rope.apply(bad_x, bad_pos)), bits(want))
+    rope.apply(bad_x, bad_pos, out=bad_x)
+    assert np.array_equal(bits(bad_x), bits(want))
+    # positions in any other integer layout give the same bits
+    for other in (pos.astype(np.int32), pos.astype(">i8"), np.repeat(pos, 2, axis=-1)[..., ::2]):
+        assert np.array_equal(bits(rope.apply(x, other)), bits(want))
