@@ -108,3 +108,21 @@ def test_reference_rules_is_not_in_the_package():
 def test_python_dash_m_still_runs(argv):
     proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr
+
+
+def test_works_without_ml_dtypes():
+    # ml_dtypes is an extra: without it pyrope imports and rotates the other dtypes.
+    code = ("import sys; sys.modules['ml_dtypes'] = None\n"
+            "import numpy as np, pyrope\n"
+            "r = pyrope.Rope(8, layout='split_half')\n"
+            "y = r.apply(np.ones((2, 1, 8), np.float16), offset=3)\n"
+            "assert y.dtype == np.float16 and np.isfinite(y).all()\n"
+            "try:\n"
+            "    r.apply(np.ones((2, 1, 8), np.int8))\n"
+            "except TypeError as e:\n"
+            "    print(e)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert "bfloat16 needs the ml_dtypes package" in out.stdout
