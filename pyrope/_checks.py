@@ -55,6 +55,16 @@ def scale_problem(value):
     return f"is outside {SCALE_LIMIT}"
 
 
+def as_bool(name, value):
+    """``value`` as a bool: True, False or a numpy bool; anything else is a TypeError
+    (a truthy string or list never passes for a flag)."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+
+
 def as_int(name, value):
     """``value`` as a Python int; bools and non-integral numbers are a TypeError."""
     if isinstance(value, (bool, np.bool_)):

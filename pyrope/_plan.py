@@ -206,7 +206,8 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
 
 # ---- the memo: repeated calls on C-contiguous arrays ---------------------------------
 
-CALLS = {}
+CALLS = {}             # direct_key -> Call, or None: these arrays take the general path
+UNPLANNED = object()   # CALLS.get's default: not planned yet
 _MAX_CALLS = 512
 
 
@@ -234,7 +235,8 @@ def direct_call(key, arrays, seq_axis, inverse, rope_key):
     of other dtypes or tokens).
     Planned by the same view code as :func:`plan_rotation` the first time
     their shapes and dtypes are seen; callers look ``CALLS[key]`` up first
-    (``key`` from :func:`direct_key`), so a repeated call is a dict lookup."""
+    (``key`` from :func:`direct_key`; refusals are kept too, as None), so a
+    repeated call is a dict lookup."""
     first = arrays[0]
     layout, rotary_dim, head_dim = rope_key
     call = None

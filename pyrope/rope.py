@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from . import _kernel, _plan
-from ._checks import (MAX_POSITION, as_base, as_even_dim, as_float_array, as_int,
+from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
 from .config import rope_arguments_from_hf_config
 from .contract import fingerprint as _fingerprint
@@ -233,6 +233,8 @@ class Rope:
         ``TypeError``/``ValueError`` naming the argument before anything is
         written.
         """
+        if inverse is not False and inverse is not True:
+            inverse = as_bool("inverse", inverse)
         if angles == "auto" and (out is None or out is x):
             done = _direct(self, (x,), positions, offset, seq_axis, out is not None, inverse)
             if done is not None:
@@ -374,7 +376,9 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
     if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
         return None
     key = _plan.direct_key(arrays, seq_axis, inverse, rope._plan_key)
-    call = _plan.CALLS.get(key) or _plan.direct_call(key, arrays, seq_axis, inverse, rope._plan_key)
+    call = _plan.CALLS.get(key, _plan.UNPLANNED)
+    if call is _plan.UNPLANNED:
+        call = _plan.direct_call(key, arrays, seq_axis, inverse, rope._plan_key)
     if call is None:
         return None
     n_seq = call.n_seq

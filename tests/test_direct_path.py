@@ -411,3 +411,28 @@ def test_misaligned_positions_and_arrays_are_copied_not_refused(isa, cached, sha
     # positions in any other integer layout give the same bits
     for other in (pos.astype(np.int32), pos.astype(">i8"), np.repeat(pos, 2, axis=-1)[..., ::2]):
         assert np.array_equal(bits(rope.apply(x, other)), bits(want))
+
+
+def test_arrays_the_direct_path_refuses_are_planned_once(monkeypatch, rng):
+    # A refusal (here: no tokens) is memoised too, so the general path is
+    # taken at once on the next call instead of planning again.
+    rope = Rope(8, layout="split_half")
+    rope.apply(rng.standard_normal((1, 2, 8)).astype(np.float32))     # rows cached
+    planned = []
+    real = _plan.direct_call
+    monkeypatch.setattr(_plan, "direct_call", lambda *a: planned.append(a[0]) or real(*a))
+    x = np.ones((0, 3, 2, 8), np.float32)
+    for _ in range(4):
+        assert rope.apply(x).shape == x.shape
+    assert len(planned) == 1 and _plan.CALLS[planned[0]] is None
+
+
+@pytest.mark.parametrize("flag", [True, False, np.True_, np.False_])
+def test_inverse_accepts_bools_on_both_paths(flag, rng):
+    rope = Rope(8, layout="interleaved")
+    x = rng.standard_normal((2, 3, 2, 8)).astype(np.float32)
+    rope.apply(x)                                                  # rows cached: direct path
+    direct = rope.apply(x, offset=1, inverse=flag)
+    general = rope.apply(x, offset=1, inverse=flag, angles="table")
+    want = rope.apply(x, offset=1, inverse=bool(flag), angles="on_the_fly")
+    assert np.array_equal(direct, want) and np.array_equal(general, want)
