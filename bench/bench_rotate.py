@@ -43,7 +43,8 @@ def test_call_overhead(benchmark, results):
     rope = Rope(128, layout="split_half")
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     k = x[:, :, :8].copy()
-    rope.apply(x, offset=1000, out=x)
+    rope.apply(x, offset=1000, out=x)   # builds the rows
+    rope.apply(x, offset=1000, out=x)   # plans the direct call
     call = _plan.CALLS[_plan.direct_key((x,), -3, False, rope._plan_key)]
     op, _, _, tensors, angles, _ = call._local.bound
 
