@@ -99,10 +99,11 @@ int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int6
     return ROPE_OK;
 }
 
-void rope_token_row_built(const rope_angles *a, rope_table_f32_fn table, int64_t half,
+void rope_token_row_built(rope_angles angles, rope_table_f32_fn table, int64_t half,
                           int64_t b, int64_t s, float *scratch, const float **cos_row,
                           const float **sin_row)
 {
+    const rope_angles *a = &angles;
     float *rc = scratch, *rs = scratch + ROPE_MAX_OTF_HALF;
     if (a->source != ROPE_POS_SECTIONS) {
         const int64_t pos = rope_position_at(a, b, s, 0);

@@ -29,8 +29,10 @@ static inline int64_t rope_position_at(const rope_angles *a, int64_t b, int64_t 
     return a->positions[b * a->strides[0] + s * a->strides[1] + c * a->strides[2]];
 }
 
-/* A row rope_token_row cannot point to in a table: made into scratch. */
-void rope_token_row_built(const rope_angles *a, rope_table_f32_fn table, int64_t half,
+/* A row rope_token_row cannot point to in a table: made into scratch. (a
+ * by value: the caller's copy never escapes, so its fields stay in
+ * registers in the token loop.) */
+void rope_token_row_built(rope_angles a, rope_table_f32_fn table, int64_t half,
                           int64_t b, int64_t s, float *scratch, const float **cos_row,
                           const float **sin_row);
 
@@ -49,7 +51,7 @@ static inline void rope_token_row(const rope_angles *a, rope_table_f32_fn table,
         *sin_row = a->sin_table + r * half;
         return;
     }
-    rope_token_row_built(a, table, half, b, s, scratch, cos_row, sin_row);
+    rope_token_row_built(*a, table, half, b, s, scratch, cos_row, sin_row);
 }
 
 #endif

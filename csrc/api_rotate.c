@@ -59,29 +59,35 @@ typedef struct {
 static void rotate_range(void *ctx, int64_t begin, int64_t end)
 {
     const job *j = (const job *)ctx;
-    const rope_op *op = j->op;
+    /* Loop invariants in locals whose address never escapes: the kernel call
+     * is opaque, so fields read through j would be reloaded every token. */
+    const rope_angles angles = *j->angles;
+    const rope_rot_fn rot = j->rot;
+    const rope_table_f32_fn table = j->table;
+    const int64_t half = j->half, elem = j->elem, n_seq = j->op->n_seq;
+    const int64_t rotary_dim = j->op->rotary_dim;
+    const size_t tail_bytes = (size_t)((j->op->head_dim - rotary_dim) * elem);
+    const int inverse = j->op->inverse != 0, n_tensors = j->n_tensors;
     float scratch[ROPE_ROW_SCRATCH];
-    const size_t tail_bytes = (size_t)((op->head_dim - op->rotary_dim) * j->elem);
-    const int inverse = op->inverse != 0;
-    int64_t b = begin / op->n_seq, s = begin % op->n_seq - 1;
+    int64_t b = begin / n_seq, s = begin % n_seq - 1;
     for (int64_t tok = begin; tok < end; tok++) {
-        if (++s == op->n_seq) { /* next batch row: no division per token */
+        if (++s == n_seq) { /* next batch row: no division per token */
             s = 0;
             b++;
         }
         const float *c, *sn;
-        rope_token_row(j->angles, j->table, j->half, b, s, scratch, &c, &sn);
-        for (int k = 0; k < j->n_tensors; k++) {
+        rope_token_row(&angles, table, half, b, s, scratch, &c, &sn);
+        for (int k = 0; k < n_tensors; k++) {
             const rope_tensor *t = &j->t[k];
             if (t->n_heads == 0)
                 continue;
-            const char *xv = (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * j->elem;
-            char *ov = (char *)t->out + (b * t->out_strides[0] + s * t->out_strides[1]) * j->elem;
-            j->rot(xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn, j->half, inverse);
+            const char *xv = (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
+            char *ov = (char *)t->out + (b * t->out_strides[0] + s * t->out_strides[1]) * elem;
+            rot(xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn, half, inverse);
             if (tail_bytes && (const char *)ov != xv)
                 for (int64_t h = 0; h < t->n_heads; h++)
-                    memcpy(ov + (h * t->out_strides[2] + op->rotary_dim) * j->elem,
-                           xv + (h * t->x_strides[2] + op->rotary_dim) * j->elem, tail_bytes);
+                    memcpy(ov + (h * t->out_strides[2] + rotary_dim) * elem,
+                           xv + (h * t->x_strides[2] + rotary_dim) * elem, tail_bytes);
         }
     }
 }
