@@ -362,7 +362,7 @@ class Call:
         for d, x, out in zip(entries, sources, results):
             d.x = px = pointer(x)
             d.out = px if out is x else pointer(out)  # writeable: checked by the planner
-        return lib.rope_rotate(op, t, self.n_tensors, a)
+        return lib.rope_rotate(op, t, len(entries), a)
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):

@@ -367,11 +367,8 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
     window = rope._tables.window
     if window is None:
         return None
-    for a in arrays:
-        if type(a) is not np.ndarray:
-            return None
-        flags = a.flags
-        if not flags.c_contiguous or not flags.aligned or (in_place and not flags.writeable):
+    for a in arrays:  # C-contiguous, aligned and writeable (numpy's "carray")
+        if type(a) is not np.ndarray or not a.flags.carray:
             return None
     if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
         return None
