@@ -9,6 +9,7 @@ retyped: the storage types, the instruction sets, the limits of
 mistake here gives an exception, not a crash.
 """
 import builtins
+import functools
 import os
 import threading
 from contextlib import contextmanager
@@ -97,6 +98,10 @@ if _MISSING_DTYPES:  # pragma: no cover
 _BUFFER_TYPES = {n: ffi.typeof(n + "[]") for n in ("char", "float", "double", "int64_t", "uint8_t")}
 _POINTER_TYPES = {n: ffi.typeof(n + " *") for n in _BUFFER_TYPES}
 _CHARS = _BUFFER_TYPES["char"]
+# pointer()'s first step for C-contiguous arrays, callable without a Python
+# frame: the memoised direct path, which only sees such arrays, uses it as is.
+contiguous_pointer = functools.partial(ffi.from_buffer, _CHARS)
+_positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])  # always C-contiguous
 
 
 def pointer(a, writable=False, ctype="char"):
@@ -325,13 +330,15 @@ class Call:
         self._local.bound = bound
         return bound
 
-    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
+    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None,
+            address=pointer):
         """Rotate ``sources`` into ``results`` (ndarrays in the order of the
         tensors; ``results[i] is sources[i]``: in place; all kept referenced by
         the caller) with the angles of ``template`` (:func:`angle_template`) at
         positions ``offset + s`` (``positions`` None), one int64 position per
         token (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
-        ``(n_components, pair_component uint8 array)`` per token.
+        ``(n_components, pair_component uint8 array)`` per token. ``address``:
+        :func:`contiguous_pointer` when every array is C-contiguous.
         Returns the C status (see :func:`raise_for_status`)."""
         try:
             bound = self._local.bound
@@ -358,10 +365,10 @@ class Call:
                     a.n_components = sections[0]
                     a.pair_component = pointer(sections[1], False, "uint8_t")
                     bound[5] = None
-            a.positions = pointer(positions, False, "int64_t")
+            a.positions = _positions_pointer(positions)
         for d, x, out in zip(entries, sources, results):
-            d.x = px = pointer(x)
-            d.out = px if out is x else pointer(out)  # writeable: checked by the planner
+            d.x = px = address(x)
+            d.out = px if out is x else address(out)  # writeable: checked by the planner
         return lib.rope_rotate(op, t, len(entries), a)
 
 

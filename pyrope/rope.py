@@ -401,7 +401,8 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
         results = (np.empty_like(arrays[0]),)
     else:
         results = (np.empty_like(arrays[0]), np.empty_like(arrays[1]))
-    status = call.run(arrays, results, window.angles, positions, offset, strides)
+    status = call.run(arrays, results, window.angles, positions, offset, strides, None,
+                      _kernel.contiguous_pointer)
     if status:
         if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
             return None                      # nothing; the general path grows the cache
