@@ -10,11 +10,14 @@ from .rope import Rope
 from .scaling import Resolved
 
 
-def explicit_rope(head_dim, *, layout, inv_freq, attention_factor=1.0, rule="explicit"):
-    """A ``Rope`` rotating ``2 * len(inv_freq)`` coordinates with exactly these frequencies."""
+def explicit_rope(head_dim, *, layout, inv_freq, attention_factor=1.0, rule="explicit", mrope_section=None,
+                  mrope_interleaved=False):
+    """A ``Rope`` rotating ``2 * len(inv_freq)`` coordinates with exactly these frequencies
+    (and these multimodal sections, if any)."""
     resolved = Resolved(inv_freq=np.asarray(inv_freq, dtype=np.float64).reshape(-1),
                         attention_factor=float(attention_factor), rule=rule, params={})
-    return Rope(head_dim, layout=layout, rotary_dim=2 * resolved.inv_freq.size, scaling=resolved)
+    return Rope(head_dim, layout=layout, rotary_dim=2 * resolved.inv_freq.size, scaling=resolved,
+                mrope_section=mrope_section, mrope_interleaved=mrope_interleaved)
 
 
 def unit_twin(rope):
@@ -23,4 +26,5 @@ def unit_twin(rope):
     if rope.attention_factor == 1.0:
         return rope
     return explicit_rope(rope.head_dim, layout=rope.layout, inv_freq=rope.inv_freq,
-                         attention_factor=1.0, rule="unit-factor twin")
+                         attention_factor=1.0, rule="unit-factor twin", mrope_section=rope.mrope_section,
+                         mrope_interleaved=rope.mrope_interleaved)

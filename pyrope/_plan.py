@@ -143,9 +143,29 @@ def positions_2d(positions, batch_shape, n_seq):
     return np.require(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq), np.int64, ("C", "A"))
 
 
-def position_strides(pos2d):
-    """(batch, seq, component) element strides of a positions_2d array."""
-    return (0 if pos2d.shape[0] == 1 else pos2d.shape[1], 1, 0)
+def section_positions(positions, k, batch_shape, n_seq):
+    """Sectioned positions ``[k, seq]`` or ``[k, *batch, seq]`` as a C-contiguous,
+    aligned int64 ``[k, B or 1, seq]`` array."""
+    pos = as_positions("positions", positions)
+    if pos.shape[-1] != n_seq:
+        raise ValueError(f"positions must have shape [{k}, seq] or [{k}, *batch, seq] with seq={n_seq} "
+                         f"(one row per position component), got {pos.shape}")
+    inner = pos.shape[1:-1]
+    try:
+        full = np.broadcast_to(pos, (k,) + (tuple(batch_shape) if inner else ()) + (n_seq,))
+    except Exception:
+        raise ValueError(f"positions shape {pos.shape} does not match {k} components, batch "
+                         f"{tuple(batch_shape)} and seq {n_seq}") from None
+    rows = int(np.prod(batch_shape, dtype=np.int64)) if inner else 1
+    return np.require(full.reshape(k, rows, n_seq), np.int64, ("C", "A"))
+
+
+def position_strides(positions):
+    """(batch, seq, component) element strides of a :func:`positions_2d`
+    ``[B or 1, seq]`` or :func:`section_positions` ``[k, B or 1, seq]`` array."""
+    rows, n_seq = positions.shape[-2:]
+    component = rows * n_seq if positions.ndim == 3 else 0
+    return (0 if rows == 1 else n_seq, 1, component)
 
 
 # ---- the plan ----------------------------------------------------------------------

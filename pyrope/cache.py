@@ -26,6 +26,7 @@ import numpy as np
 from . import _kernel
 from ._checks import MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, as_positions, scale_problem
 from ._explicit import explicit_rope, unit_twin
+from ._sections import is_sectioned
 from .errors import TypeError, ValueError
 
 
@@ -55,7 +56,9 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
       ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``) or
       ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``); written in place.
     - ``from_positions``, ``to_positions``: integer arrays ``[seq]`` or
-      ``[*batch, seq]`` (broadcast against each other).
+      ``[*batch, seq]`` (broadcast against each other); for a sectioned rope
+      also ``[k, seq]`` or ``[k, *batch, seq]``, each component moved by its
+      own delta.
 
     One pass: each key turns by ``(to - from) * inv_freq``, an exact integer
     position delta, with the rope's attention factor applied once (the
@@ -77,7 +80,9 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
         raise ValueError(f"to_positions - from_positions must lie within {POSITION_LIMIT}, got "
                          f"{int(delta.reshape(-1)[np.argmax(np.abs(delta))])}")
     batch_shape, n_seq = _token_shape(rope, k, seq_axis)
-    if delta.ndim == 0 or delta.shape[-1] != n_seq or not _broadcasts(delta.shape[:-1], batch_shape):
+    sectioned = rope.mrope_section is not None and is_sectioned(delta, len(rope.mrope_section), batch_shape)
+    lead = delta.shape[1:-1] if sectioned else delta.shape[:-1]
+    if delta.ndim == 0 or delta.shape[-1] != n_seq or not _broadcasts(lead, batch_shape):
         raise ValueError(f"from_positions and to_positions must have shape [seq] or [*batch, seq] with "
                          f"seq={n_seq} and batch {tuple(batch_shape)} of k {k.shape}, got {delta.shape}")
     if not k.flags.writeable:
@@ -118,7 +123,7 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
             raise ValueError(f"out must have the shape of k {k.shape}, got {out.shape}")
     forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
         to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,
-        rule="conversion")
+        rule="conversion", mrope_section=to_rope.mrope_section, mrope_interleaved=to_rope.mrope_interleaved)
     # First pass validates k, positions and out before anything is written.
     tmp = unit_twin(rope).apply(k, positions=positions, seq_axis=seq_axis, inverse=True,
                                 out=out if out is not None and out is not k else None)

@@ -16,6 +16,14 @@ Contract (``make_contract``), a dict with exactly these keys::
     original_window   int or null
     target_window     int or null
 
+and, only for a sectioned (multimodal) rope, two more::
+
+    mrope_section     list of 3 or 4 ints, rotation pairs per position component
+    mrope_interleaved bool, pairs assigned round-robin (Qwen3-VL) or in order
+
+(absent otherwise, so the contracts and fingerprints of other ropes are the
+same as before sections existed).
+
 Fingerprint (``fingerprint``): the SHA-256 hex digest of the canonical form, the
 contract rebuilt from its own values with every JSON float inside ``params``
 replaced by its ``float.hex()`` string, then
@@ -38,19 +46,23 @@ from ._checks import inv_freq_problem, scale_problem
 from .errors import TypeError, ValueError
 from .scaling import Resolved
 
-__all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "canonical_json"]
+__all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "sections_from_contract",
+           "canonical_json"]
 
 FORMAT = "pyrope.contract/1"
 
 _KEYS = ("format", "layout", "head_dim", "rotary_dim", "inv_freq", "attention_factor", "rule", "params",
          "original_window", "target_window")
+_SECTION_KEYS = ("mrope_section", "mrope_interleaved")  # present only for sectioned ropes
 
 
-def make_contract(*, layout: str, head_dim: int, resolved: Resolved) -> dict:
+def make_contract(*, layout: str, head_dim: int, resolved: Resolved, mrope_section=None,
+                  mrope_interleaved=False) -> dict:
     """The JSON-serialisable contract of a rope (see the module docstring for the keys).
 
     ``layout``: the coordinate pairing name; ``head_dim``: coordinates per head;
-    ``resolved``: what :func:`pyrope.scaling.resolve` returned.
+    ``resolved``: what :func:`pyrope.scaling.resolve` returned;
+    ``mrope_section``/``mrope_interleaved``: a sectioned rope's sections (None: none).
     """
     if not isinstance(resolved, Resolved):
         raise TypeError(f"make_contract: 'resolved' must be a Resolved, got {type(resolved).__name__}")
@@ -60,7 +72,11 @@ def make_contract(*, layout: str, head_dim: int, resolved: Resolved) -> dict:
         raise ValueError(f"make_contract: rotary_dim {resolved.rotary_dim} exceeds head_dim {head_dim}")
     params = copy.deepcopy(resolved.params)
     _check_json_params(params, "params")
+    sections = {}
+    if mrope_section is not None:
+        sections = {"mrope_section": [int(n) for n in mrope_section], "mrope_interleaved": bool(mrope_interleaved)}
     return {
+        **sections,
         "format": FORMAT,
         "layout": layout,
         "head_dim": head_dim,
@@ -89,7 +105,7 @@ def resolved_from_contract(d: dict):
     if d.get("format") != FORMAT:
         raise ValueError(f"contract: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
     missing = [k for k in _KEYS if k not in d]
-    unknown = sorted(k for k in d if k not in _KEYS)
+    unknown = sorted(k for k in d if k not in _KEYS and k not in _SECTION_KEYS)
     if missing:
         raise ValueError(f"contract: missing key(s) {missing}")
     if unknown:
@@ -132,10 +148,29 @@ def resolved_from_contract(d: dict):
     return layout, head_dim, resolved
 
 
+def sections_from_contract(d: dict):
+    """``(mrope_section list or None, mrope_interleaved)`` of a contract whose
+    other keys :func:`resolved_from_contract` checks; the sections themselves
+    are checked against the rope by ``Rope.from_contract``."""
+    if "mrope_section" not in d:
+        if "mrope_interleaved" in d:
+            raise ValueError("contract: 'mrope_interleaved' without 'mrope_section'")
+        return None, False
+    section = d["mrope_section"]
+    if not isinstance(section, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in section):
+        raise ValueError(f"contract: 'mrope_section' must be a list of integers, got {section!r}")
+    interleaved = d.get("mrope_interleaved", False)
+    if not isinstance(interleaved, bool):
+        raise ValueError(f"contract: 'mrope_interleaved' must be true or false, got {interleaved!r}")
+    return list(section), interleaved
+
+
 def canonical_json(contract: dict) -> str:
     """The canonical text hashed by :func:`fingerprint` (validated first)."""
     layout, head_dim, resolved = resolved_from_contract(contract)
-    clean = make_contract(layout=layout, head_dim=head_dim, resolved=resolved)
+    section, interleaved = sections_from_contract(contract)
+    clean = make_contract(layout=layout, head_dim=head_dim, resolved=resolved, mrope_section=section,
+                          mrope_interleaved=interleaved)
     clean["params"] = _hex_floats(clean["params"])
     return json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 

@@ -45,6 +45,8 @@ __all__ = [
     "angle_cos_sin",
     "cos_sin",
     "rotate_with_inv_freq",
+    "section_components",
+    "rotate_sections",
     "rotate",
     "rotary_score",
     "sinusoidal_position",
@@ -446,6 +448,57 @@ def rotate_with_inv_freq(vec, position, inv_freq, layout="interleaved",
         x0, x1 = vec[j0], vec[j1]
         out[j0] = x0 * c - x1 * s
         out[j1] = x0 * s + x1 * c
+    return out
+
+
+def section_components(mrope_section, mrope_interleaved, n_pairs):
+    """The position component each of ``n_pairs`` rotation pairs turns by
+    (multimodal RoPE), as a list of ints.
+
+    In order (Qwen2-VL): ``mrope_section[0]`` pairs take component 0, the
+    next ``mrope_section[1]`` component 1, and so on.  Interleaved (Qwen3-VL,
+    transformers' ``apply_interleaved_mrope``, written there for 3
+    components): pair ``j`` takes component ``c >= 1`` when ``j % k == c``
+    and ``j < k * mrope_section[c]``, component 0 otherwise.  Raises
+    ``ValueError`` unless every pair is assigned and each component gets
+    exactly its count.
+    """
+    sections = [_integer(f"mrope_section[{i}]", n) for i, n in enumerate(mrope_section)]
+    k = len(sections)
+    n_pairs = _integer("n_pairs", n_pairs)
+    if mrope_interleaved:
+        comp = [0] * n_pairs
+        for c in range(1, k):
+            for j in range(c, min(k * sections[c], n_pairs), k):
+                comp[j] = c
+    else:
+        comp = [c for c, n in enumerate(sections) for _ in range(n)]
+    if len(comp) != n_pairs or [comp.count(c) for c in range(k)] != sections:
+        raise ValueError(f"mrope_section {sections} does not assign {n_pairs} pairs "
+                         f"({'interleaved' if mrope_interleaved else 'in order'})")
+    return comp
+
+
+def rotate_sections(vec, positions, inv_freq, mrope_section, mrope_interleaved=False,
+                    layout="interleaved", inverse=False, attention_factor=1.0):
+    """Rotate ``vec`` with one position per component: pair ``i`` turns by
+    ``positions[c_i] * inv_freq[i]`` where ``c_i`` is its component
+    (:func:`section_components`).  Otherwise as :func:`rotate_with_inv_freq`,
+    whose arithmetic it uses pair by pair."""
+    vec = _vector("vec", vec)
+    freqs = _frequencies(inv_freq)
+    layout = _layout(layout)
+    half = len(freqs)
+    comp = section_components(mrope_section, mrope_interleaved, half)
+    if len(positions) != len(mrope_section):
+        raise ValueError(f"positions must hold one position per component ({len(mrope_section)}), "
+                         f"got {len(positions)}")
+    out = list(vec)
+    for i, w in enumerate(freqs):
+        j0, j1 = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
+        out[j0], out[j1] = rotate_with_inv_freq([vec[j0], vec[j1]], positions[comp[i]], [w],
+                                                layout="interleaved", inverse=inverse,
+                                                attention_factor=attention_factor)
     return out
 
 

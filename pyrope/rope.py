@@ -12,8 +12,9 @@ from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_arra
                       as_layout, as_positions)
 from .config import rope_arguments_from_hf_config
 from .contract import fingerprint as _fingerprint
-from .contract import make_contract, resolved_from_contract
+from .contract import make_contract, resolved_from_contract, sections_from_contract
 from .errors import RopeError, TypeError, ValueError
+from ._sections import is_sectioned, pair_components
 from ._table_cache import TableCache
 from .scaling import resolve
 
@@ -25,7 +26,8 @@ ANGLES = ("auto", "table", "on_the_fly")
 class Rope:
     """Rotary position embedding for one attention configuration.
 
-    ``Rope(head_dim, *, layout, base=10000.0, rotary_dim=None, scaling=None)``
+    ``Rope(head_dim, *, layout, base=10000.0, rotary_dim=None, scaling=None,
+    mrope_section=None, mrope_interleaved=False)``
 
     - ``head_dim``: size of one query/key head (positive, even).
     - ``layout``: required, ``"split_half"`` (HF, GPT-NeoX: pairs (i, i + r/2))
@@ -38,6 +40,11 @@ class Rope:
       transformers-style dict (``{"rope_type": "yarn", "factor": 4.0, ...}``),
       a rule object from ``pyrope.scaling`` or a resolved rule
       (see ``pyrope.scaling.resolve``).
+    - ``mrope_section``: multimodal RoPE (Qwen2-VL): rotation pairs per
+      position component (3 or 4 counts summing to rotary_dim/2); each token
+      then has that many positions and each pair turns by its component's.
+      ``mrope_interleaved``: assign pairs round-robin (Qwen3-VL) instead of in
+      order. See ``pyrope._sections`` and :meth:`apply` for positions.
 
     ``Rope.from_hf_config`` builds one from a model's ``config.json``;
     ``rope.contract()`` states what it computes, ``rope.fingerprint`` hashes
@@ -45,9 +52,11 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_plan_key")
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_plan_key",
+                 "_mrope_section", "_mrope_interleaved", "_pair_component")
 
-    def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None):
+    def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None,
+                 mrope_section=None, mrope_interleaved=False):
         if layout is _MISSING:
             raise TypeError(
                 "layout is required: pass layout='split_half' (HF, GPT-NeoX) or "
@@ -68,6 +77,14 @@ class Rope:
         self._attention_factor = float(resolved.attention_factor)
         self._resolved = resolved
         self._fingerprint = None
+        if mrope_section is None:
+            if as_bool("mrope_interleaved", mrope_interleaved):
+                raise ValueError("mrope_interleaved=True needs mrope_section (pairs per position component)")
+            self._mrope_section, self._mrope_interleaved, self._pair_component = None, False, None
+        else:
+            section, comp = pair_components(mrope_section, mrope_interleaved, inv_freq.shape[0])
+            self._mrope_section, self._mrope_interleaved = section, bool(mrope_interleaved)
+            self._pair_component = comp
         self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
 
@@ -107,7 +124,11 @@ class Rope:
         checked("head_dim", as_even_dim, "head_dim", head_dim)
         # informational: inv_freq is taken as is
         base = checked("params.base", as_base, resolved.params.get("base", 10000.0))
-        return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved)
+        section, interleaved = sections_from_contract(contract)
+        if section is not None:
+            checked("mrope_section", pair_components, section, interleaved, resolved.rotary_dim // 2)
+        return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved,
+                   mrope_section=section, mrope_interleaved=interleaved)
 
     def contract(self):
         """JSON-serialisable dict of everything that defines this position function.
@@ -116,7 +137,8 @@ class Rope:
         exact), attention_factor (float.hex), rule, params, original_window,
         target_window. See ``pyrope.contract``.
         """
-        return make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved)
+        return make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved,
+                             mrope_section=self._mrope_section, mrope_interleaved=self._mrope_interleaved)
 
     @property
     def fingerprint(self):
@@ -136,11 +158,17 @@ class Rope:
                         doc="float64 [rotary_dim // 2] angular frequencies (read-only).")
     attention_factor = property(lambda self: self._attention_factor,
                                 doc="Factor multiplying cos and sin (1.0 without scaling).")
+    mrope_section = property(lambda self: self._mrope_section,
+                             doc="Rotation pairs per position component (tuple), or None.")
+    mrope_interleaved = property(lambda self: self._mrope_interleaved,
+                                 doc="Sections assigned round-robin over the pairs (Qwen3-VL).")
 
     def __repr__(self):
+        sections = "" if self._mrope_section is None else (
+            f", mrope_section={list(self._mrope_section)}, mrope_interleaved={self._mrope_interleaved}")
         return (f"Rope(head_dim={self._head_dim}, layout={self._layout!r}, base={self._base!r}, "
                 f"rotary_dim={self._rotary_dim}, rule={self._resolved.rule!r}, "
-                f"attention_factor={self._attention_factor!r})")
+                f"attention_factor={self._attention_factor!r}{sections})")
 
     # ---- tables ------------------------------------------------------------
 
@@ -152,8 +180,14 @@ class Rope:
         angle taken as the exact product. ``dtype`` float32 (default): correctly
         rounded at any position up to 2**31 - 1; float64: within 4 ulp
         (docs/ACCURACY.md). No duplicated halves: layouts share tables.
+        A sectioned rope (``mrope_section``) takes positions ``[k, ...]`` (any
+        array whose first axis has the k components) and returns shape
+        ``positions.shape[1:] + (rotary_dim // 2,)``, entry ``i`` at the
+        position of pair ``i``'s component; positions with another first axis
+        mean the same position on every component.
         """
         pos = as_positions("positions", positions)
+        sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
         flat = np.require(pos.reshape(-1), np.int64, ("C", "A"))
         try:
             kind = None if dtype is None else np.dtype(dtype)
@@ -163,8 +197,26 @@ class Rope:
             raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
         cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
                                          where="Rope.cos_sin(positions)")
-        shape = pos.shape + (self._rotary_dim // 2,)
+        half = self._rotary_dim // 2
+        if sectioned:  # entry i from the row of pair i's component
+            k = pos.shape[0]
+            pick = (self._pair_component[None, :], np.arange(flat.size // k)[:, None], np.arange(half)[None, :])
+            cos, sin = cos.reshape(k, -1, half)[pick], sin.reshape(k, -1, half)[pick]
+            return cos.reshape(pos.shape[1:] + (half,)), sin.reshape(pos.shape[1:] + (half,))
+        shape = pos.shape + (half,)
         return cos.reshape(shape), sin.reshape(shape)
+
+    def _token_positions(self, positions, batch_shape, n_seq):
+        """``(int64 positions for C, sections)``: ``[B or 1, seq]`` and None, or for a
+        sectioned rope given ``[k, seq]``/``[k, *batch, seq]``: ``[k, B or 1, seq]``
+        and ``(k, pair -> component map)``. Plain positions on a sectioned rope
+        mean the same position on every component, which one row per token is."""
+        if self._mrope_section is not None:
+            k = len(self._mrope_section)
+            pos = as_positions("positions", positions)
+            if is_sectioned(pos, k, batch_shape):
+                return _plan.section_positions(pos, k, batch_shape, n_seq), (k, self._pair_component)
+        return _plan.positions_2d(positions, batch_shape, n_seq), None
 
     def _angles_for(self, positions, offset, n_seq, angles="auto"):
         """Angles for one call: ``(template, c_positions, keep)``: a
@@ -216,6 +268,10 @@ class Rope:
         - ``positions``: ``None`` for ``offset + arange(seq)`` (decode with a KV
           cache passes ``offset=`` the cache length), or integer positions of
           shape ``[seq]`` or ``[*batch, seq]`` (left padding, packed sequences).
+          A sectioned rope (``mrope_section``) also takes ``[k, seq]`` or
+          ``[k, *batch, seq]``: k positions per token (text tokens have k equal
+          ones; plain positions and ``offset=`` mean exactly that). Positions
+          ``[k, seq]`` that fit a batch of k sequences are read as plain.
         - ``out``: ``None`` returns a new array; ``out=x`` rotates in place;
           another array of x's shape and dtype receives the result.
         - ``inverse``: rotate by minus the angle (undoes ``apply``).
@@ -331,20 +387,21 @@ class _Job:
         rope = self.rope
         first = _plan.token_view(self.items[0][1], self.seq_axis)
         batch_shape, n_seq = first.shape[:-3], first.shape[-3]
+        sections = None
         if self.positions is None:
             if self.offset < -MAX_POSITION or self.offset + max(n_seq - 1, 0) > MAX_POSITION:
                 raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, "
                                  f"seq={n_seq}")
             positions = None
         else:
-            positions = _plan.positions_2d(self.positions, batch_shape, n_seq)
+            positions, sections = rope._token_positions(self.positions, batch_shape, n_seq)
         plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim)
         if all(x.size == 0 for x, _ in plan.buffers):  # no token or no head: no angles to look up
             return plan.outputs
         # An array with zero heads next to one with some (q without heads) goes
         # to C like any other: C skips a tensor with no heads, pointers unread.
         template, c_positions, keep = rope._angles_for(positions, self.offset, n_seq, self.angles)
-        outputs = plan.run(template, c_positions, self.offset, where)
+        outputs = plan.run(template, c_positions, self.offset, where, sections)
         del keep  # the rows the template pointed into lived until here
         return outputs
 
