@@ -209,3 +209,46 @@ def test_matches_transformers_multimodal_rotary(family, rng):
     # and the sections matter: without them the result is far off
     plain = Rope(128, layout="split_half", base=theta).apply(q, pos[0], seq_axis=-2)
     assert np.max(np.abs(plain - want_q)) > 100 * tol
+
+
+# ---- vision towers: axial 2-D ropes as explicit frequencies + sections ------------
+
+def _axial(inv_freq, head_dim):
+    """The README recipe: pair i < head_dim/4 turns with the row (h), the rest with
+    the column (w); a third, empty component keeps the 3-component form."""
+    quarter = head_dim // 4
+    resolved = pyrope.Resolved(inv_freq=np.asarray(inv_freq, dtype=np.float64), attention_factor=1.0,
+                               rule="explicit", params={})
+    return Rope(head_dim, layout="split_half", scaling=resolved, mrope_section=[quarter, quarter, 0])
+
+
+@pytest.mark.parametrize("tower", ["qwen2_vl", "pixtral"])
+def test_vision_tower_axial_rope_recipes(tower, rng):
+    import torch
+    head_dim, theta = 64, 10000.0
+    if tower == "qwen2_vl":
+        from transformers.models.qwen2_vl import modeling_qwen2_vl as mod
+        from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+        module = mod.Qwen2VLVisionRotaryEmbedding(Qwen2VLVisionConfig(embed_dim=4 * head_dim, num_heads=4))
+        inv = 1.0 / theta ** (np.arange(0, head_dim // 2, 2) / (head_dim // 2))    # over half the head
+        rope = _axial(np.concatenate([inv, inv]), head_dim)                          # rows, then columns
+    else:
+        from transformers.models.pixtral import modeling_pixtral as mod
+        from transformers.models.pixtral.configuration_pixtral import PixtralVisionConfig
+        module = mod.PixtralVisionRotaryEmbedding(PixtralVisionConfig(hidden_size=4 * head_dim,
+                                                                      num_attention_heads=4))
+        inv = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+        rope = _axial(np.concatenate([inv[0::2], inv[1::2]]), head_dim)            # even freqs: rows
+    h, w = np.meshgrid(np.arange(9), np.arange(13), indexing="ij")
+    hw = np.stack([h.ravel(), w.ravel()], -1)                                      # [patches, 2]
+    x = rng.standard_normal((hw.shape[0], 3, head_dim))                           # [patches, heads, dim]
+    cos, sin = module(torch.zeros(1), torch.from_numpy(hw))
+    xt = torch.from_numpy(x)
+    rot_half = torch.cat((-xt[..., head_dim // 2:], xt[..., :head_dim // 2]), dim=-1)
+    want = (xt * cos[:, None].double() + rot_half * sin[:, None].double()).numpy()
+    positions = np.stack([hw[:, 0], hw[:, 1], np.zeros(len(hw), np.int64)])    # [3, patches]
+    got = rope.apply(x, positions)
+    # transformers' frequencies and angles are float32: agreement to float32 rounding
+    assert np.max(np.abs(got - want)) < 1e-5
+    swapped = rope.apply(x, positions[[1, 0, 2]])
+    assert np.max(np.abs(swapped - want)) > 1e-2                                # rows and columns matter
