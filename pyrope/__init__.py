@@ -24,7 +24,7 @@ from .rope import Rope
 from .scaling import (NTK, Default, Dynamic, FreqFactors, Llama3, Linear, LongRope, Proportional,
                       Resolved, Yarn, resolve)
 from .onnx_interop import from_hf, from_vllm, onnx_caches, onnx_rotary_embedding, to_hf, to_vllm
-from .positions import PartialRotary, apply_varlen, varlen_positions
+from .positions import PartialRotary, apply_varlen, multimodal_positions, varlen_positions
 from . import cache, layout, positions
 
 # tools: submodules loaded on first attribute access (PEP 562), never by `import pyrope`
@@ -36,7 +36,7 @@ __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_i
            "resolve", "Resolved", "Default", "Linear", "NTK", "Dynamic", "Yarn", "Llama3", "LongRope",
            "Proportional", "FreqFactors", "load_hf_config", "rope_arguments_from_hf_config",
            "make_contract", "fingerprint", "resolved_from_contract",
-           "PartialRotary", "apply_varlen", "varlen_positions", "onnx_rotary_embedding", "onnx_caches",
+           "PartialRotary", "apply_varlen", "varlen_positions", "multimodal_positions", "onnx_rotary_embedding", "onnx_caches",
            "from_hf", "to_hf", "from_vllm", "to_vllm", "cache", "check", "layout", "positions", "testing"]
 
 

@@ -20,7 +20,14 @@ coordinates at different speeds; a checkpoint is right under exactly one:
 - ``"offset"`` (llama.cpp ``n_offs``-style slices): coordinates
   ``dim_offset .. dim_offset + rotary_dim`` rotate as a rope of dimension
   ``rotary_dim`` (frequencies over ``rotary_dim``); the rest are untouched.
+
+Text+image sequences (Qwen2-VL's multimodal RoPE, M-RoPE) carry three
+position components per token (temporal, height, width):
+``multimodal_positions`` computes them from the segment layout.
 """
+import builtins
+import operator
+
 import numpy as np
 
 from ._checks import MAX_POSITION, as_even_dim, as_int, as_positions
@@ -29,6 +36,7 @@ from .errors import TypeError, ValueError
 from .rope import Rope
 
 CONVENTIONS = ("prefix", "proportional", "offset")
+MULTIMODAL_KINDS = ("text", "image", "video")
 
 
 def _as_cu_seqlens(cu_seqlens):
@@ -78,6 +86,120 @@ def sequence_ids(cu_seqlens):
     """int64 ``[total_tokens]``: the index of the sequence each packed token belongs to."""
     cu = _as_cu_seqlens(cu_seqlens)
     return np.repeat(np.arange(cu.size - 1, dtype=np.int64), np.diff(cu))
+
+
+def _multimodal_sizes(i, segment):
+    """``(kind, sizes)`` of ``segments[i]``, checked: text ``(n,)``, image/video ``(t, h, w)``."""
+    where = f"segments[{i}]"
+    if not isinstance(segment, (tuple, list)):
+        raise TypeError(f"{where} must be a tuple ('text', n) or (kind, t, h, w), got "
+                        f"{type(segment).__name__} {segment!r}")
+    if not segment:
+        raise ValueError(f"{where} must be ('text', n) or (kind, t, h, w), got an empty {type(segment).__name__}")
+    kind = segment[0]
+    if not isinstance(kind, str) or kind not in MULTIMODAL_KINDS:
+        raise ValueError(f"{where} must start with a kind in {MULTIMODAL_KINDS}, got {kind!r} in {segment!r}")
+    names = ("n",) if kind == "text" else ("t", "h", "w")
+    if len(segment) != 1 + len(names):
+        form = "('text', n)" if kind == "text" else f"({kind!r}, t, h, w)"
+        raise ValueError(f"{where} must be {form} ({1 + len(names)} items), got {len(segment)} items: {segment!r}")
+    sizes = []
+    for name, value in zip(names, segment[1:]):
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{where} size {name} must be an integer, got a bool in {segment!r}")
+        try:
+            value = operator.index(value)
+        except builtins.TypeError:
+            raise TypeError(f"{where} size {name} must be an integer, got {type(value).__name__} "
+                            f"{value!r} in {segment!r}") from None
+        if value < 1:
+            raise ValueError(f"{where} size {name} must be positive, got {value} in {segment!r}")
+        sizes.append(value)
+    return kind, sizes
+
+
+def multimodal_positions(segments):
+    """Qwen2-VL's 3-D (M-RoPE) positions of a text+image/video sequence.
+
+    ``segments``: a sequence of ``("text", n)`` (``n`` text tokens) and
+    ``("image", t, h, w)`` / ``("video", t, h, w)`` (one image or video of
+    ``t * h * w`` tokens; ``t, h, w`` are the grid sizes the language model
+    sees, after the spatial merge: transformers' ``image_grid_thw`` row is
+    ``(t, h * spatial_merge_size, w * spatial_merge_size)``). Sizes are
+    positive Python/numpy integers.
+
+    Returns ``(positions, next_position)``: ``positions`` is int64
+    ``[3, n_tokens]`` (rows: temporal, height, width), ``next_position`` an
+    int, the position of the first decoded token on all three components
+    (decode token ``k`` after the prompt is at ``next_position + k`` on each).
+
+    The rule, as transformers 5.24.0's ``Qwen2VLModel.get_rope_index`` (with
+    ``get_vision_position_ids``) computes it, starting at ``p = 0``:
+
+    - text of ``n`` tokens: ``p, p+1, ..., p+n-1`` on all three rows; then
+      ``p += n``.
+    - image or video ``(t, h, w)``, tokens in ``t, h, w`` row-major order:
+      token ``(i, j, k)`` is at ``(p + i, p + j, p + k)``; then
+      ``p += max(h, w)``, the largest *spatial* grid size. ``t`` does not
+      advance ``p``: with ``t > max(h, w)`` the following text reuses
+      temporal positions of the last frames, as in transformers.
+    - ``next_position = max(positions) + 1`` (0 for no tokens), the largest
+      position over all tokens and rows plus one: transformers' ``rope_deltas
+      + n_tokens`` (it stores ``rope_deltas = max + 1 - n_tokens`` and decodes
+      at ``cache_length + rope_deltas``). After trailing text that is one past
+      its last token, after a trailing image or video ``p_start + max(t, h,
+      w)``, unless an earlier segment's frames (``t > max(h, w)``) reach
+      further.
+
+    Videos follow Qwen2-VL's own rule, the image rule above: one temporal
+    step per grid frame (``time_interval = 1``). Qwen2.5-VL's
+    ``second_per_grid_t * tokens_per_second`` temporal scaling and Qwen3-VL's
+    timestamped frames are not computed here.
+
+    Two vision segments with no text between are placed one after the other
+    (``p`` advancing in between). transformers cannot compute that input: it
+    groups consecutive tokens of one modality, so two adjacent images become
+    one group and it fails; Qwen2-VL prompts always put
+    ``<|vision_end|>``/``<|vision_start|>`` text tokens between them.
+
+    Raises ``TypeError``/``ValueError`` naming ``segments[i]`` and showing
+    the segment for a non-tuple segment, an unknown kind, a wrong number of
+    items, a size that is a bool, float or other non-integer, or a size < 1;
+    ``ValueError`` when a position would exceed ``2**31 - 1``.
+    """
+    if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
+        raise TypeError(f"segments must be a sequence of ('text', n) / (kind, t, h, w) tuples, got "
+                        f"{type(segments).__name__} {segments!r}")
+    segments = list(segments)
+    checked = [_multimodal_sizes(i, segment) for i, segment in enumerate(segments)]
+    # Walk the layout once without allocating, so a position past the kernel's
+    # range is refused before anything is built.
+    start, top = 0, -1
+    for i, (kind, sizes) in enumerate(checked):
+        if kind == "text":
+            top = max(top, start + sizes[0] - 1)
+            start += sizes[0]
+        else:
+            t, h, w = sizes
+            top = max(top, start + max(t, h, w) - 1)
+            start += max(h, w)
+        if top > MAX_POSITION:
+            raise ValueError(f"segments[{i}] {segments[i]!r} places positions up to {top}, past {MAX_POSITION}")
+    blocks = []
+    start = 0
+    for kind, sizes in checked:
+        if kind == "text":
+            blocks.append(np.broadcast_to(np.arange(start, start + sizes[0], dtype=np.int64), (3, sizes[0])))
+            start += sizes[0]
+        else:
+            t, h, w = sizes
+            grid = np.indices((t, h, w), dtype=np.int64).reshape(3, t * h * w)
+            blocks.append(grid + start)
+            start += max(h, w)
+    if not blocks:
+        return np.zeros((3, 0), dtype=np.int64), 0
+    positions = np.concatenate(blocks, axis=1)
+    return positions, int(positions.max()) + 1
 
 
 def apply_varlen(rope, x, cu_seqlens, offsets=None, *, out=None, inverse=False):
