@@ -11,7 +11,7 @@ configs are read by ``pyrope.config`` and the contract is ``pyrope.contract``.
 ``import pyrope`` loads the core only: what it takes to resolve a rope and
 rotate with it (plus the numpy-only ``cache``, ``layout``, ``positions`` and
 ``onnx_interop`` helpers). The tools (``check``, ``testing``, ``reference``,
-``cli``, ``demo``, ``spectrum``, ``benchmark``) load on first use, as
+``cli``, ``demo``, ``spectrum``, ``benchmark``, ``gguf``) load on first use, as
 ``pyrope.check`` or ``import pyrope.check``.
 """
 import importlib as _importlib
@@ -28,7 +28,7 @@ from .positions import PartialRotary, apply_varlen, multimodal_positions, varlen
 from . import cache, layout, positions
 
 # tools: submodules loaded on first attribute access (PEP 562), never by `import pyrope`
-_LAZY_SUBMODULES = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
+_LAZY_SUBMODULES = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark", "gguf")
 
 __version__ = "0.1.0"
 __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",

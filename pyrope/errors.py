@@ -20,3 +20,7 @@ class TypeError(builtins.TypeError, RopeError):  # noqa: A001
 
 class OverflowError(builtins.OverflowError, RopeError):  # noqa: A001
     """An integer does not fit the range pyrope computes exactly in."""
+
+
+class ImportError(builtins.ImportError, RopeError):  # noqa: A001
+    """An optional extra is not installed (the message names it)."""

@@ -105,6 +105,21 @@ class Rope:
         return cls(**args, layout=layout)
 
     @classmethod
+    def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
+        """The Rope of a llama.cpp GGUF file, from its metadata (and rope tensors).
+
+        Needs the ``gguf`` package (``pip install "pyrope[gguf]"``); without it,
+        ``ImportError`` names the extra. The layout is the pairing of the q/k
+        tensors as stored in the file, from the architecture as llama.cpp runs
+        it (``interleaved`` for ``llama``: its converter permutes the weights);
+        ``layout=`` overrides it. ``layer``: a layer index, for files whose
+        sliding-window or per-layer metadata differ by layer; ``seq_len``: as in
+        :meth:`from_hf_config` (LongRoPE). See ``pyrope.gguf``.
+        """
+        from .gguf import rope_arguments_from_gguf
+        return cls(**rope_arguments_from_gguf(path, layer=layer, seq_len=seq_len, layout=layout))
+
+    @classmethod
     def from_contract(cls, contract):
         """Rebuild the Rope a contract describes (``rope.contract()``, possibly via JSON).
 
