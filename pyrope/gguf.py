@@ -316,10 +316,8 @@ def rope_arguments_from_gguf(path, *, layer=None, seq_len=None, layout=None) -> 
         mrope_section = list(sections)
         while mrope_section and mrope_section[-1] == 0:  # the converter pads to 4 entries
             mrope_section.pop()
-        # SECTIONS (multimodal RoPE): once Rope takes mrope_section=, replace this raise by
-        # args.update(mrope_section=mrope_section, mrope_interleaved=kind == "imrope")
-        raise NotImplementedError(f"gguf: {key!r} = {sections} ({kind.upper()}, mrope_section={mrope_section}): "
-                                  "multimodal sections are not supported by Rope yet")
+        # IMROPE assigns the pairs round-robin, as Qwen3-VL (ggml's rope_multi, mode IMROPE)
+        args.update(mrope_section=mrope_section, mrope_interleaved=kind == "imrope")
     # NORM/NEOX architectures: llama.cpp does not read the sections, neither does pyrope
     return args
 

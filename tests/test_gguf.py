@@ -323,13 +323,19 @@ def test_per_layer_head_count(tmp_path):
 # --------------------------------------------------------------------------- sections
 
 
-def test_sections_are_not_supported_yet(tmp_path):
+def test_sections_give_the_hf_configs_multimodal_rope(tmp_path):
     kv = {"{arch}.attention.key_length": 128, "{arch}.rope.freq_base": 1000000.0,
-          "{arch}.rope.dimension_sections": [16, 24, 24, 0]}
-    with pytest.raises(NotImplementedError, match=r"'qwen2vl\.rope\.dimension_sections'.*mrope_section=\[16, 24, 24\]"):
-        pyrope.Rope.from_gguf(write(tmp_path, "qwen2vl", kv))
-    with pytest.raises(NotImplementedError, match="IMROPE"):
-        pyrope.Rope.from_gguf(write(tmp_path, "qwen3vl", kv, name="b.gguf"))
+          "{arch}.rope.dimension_sections": [16, 24, 24, 0]}                 # padded to 4, as converted
+    qwen2 = pyrope.Rope.from_gguf(write(tmp_path, "qwen2vl", kv))
+    want2 = pyrope.Rope(128, layout="split_half", base=1e6, mrope_section=[16, 24, 24])
+    assert qwen2.fingerprint == want2.fingerprint and qwen2.mrope_interleaved is False
+    kv["{arch}.rope.dimension_sections"] = [24, 20, 20, 0]
+    qwen3 = pyrope.Rope.from_gguf(write(tmp_path, "qwen3vl", kv, name="b.gguf"))
+    want3 = pyrope.Rope(128, layout="split_half", base=1e6, mrope_section=[24, 20, 20], mrope_interleaved=True)
+    assert qwen3.fingerprint == want3.fingerprint
+    kv["{arch}.rope.dimension_sections"] = [16, 24, 20, 0]                 # 60 pairs of 64
+    with pytest.raises(ValueError, match="mrope_section"):
+        pyrope.Rope.from_gguf(write(tmp_path, "qwen2vl", kv, name="d.gguf"))
     del kv["{arch}.rope.dimension_sections"]
     with pytest.raises(ValueError, match="missing key 'qwen2vl.rope.dimension_sections'"):
         pyrope.Rope.from_gguf(write(tmp_path, "qwen2vl", kv, name="c.gguf"))
