@@ -244,7 +244,7 @@ def rope_arguments_from_gguf(path, *, layer=None, seq_len=None, layout=None) -> 
 
     Raises ``ImportError`` (a ``pyrope.RopeError``) naming the ``gguf`` extra
     when the package is missing, ``ValueError`` naming the key for a missing or
-    malformed one, ``NotImplementedError`` for multimodal sections.
+    malformed one (also sections that do not fit the rotary dims).
     """
     meta = _Meta(_import_gguf(), path)
     arch = meta.str("general.architecture")
