@@ -96,6 +96,9 @@ LAYOUT_FAMILIES = {
     "cohere2_moe": "interleaved",
     # _apply_rotary_emb on x[..., ::2] / x[..., 1::2], stacked back pairwise
     "openai_privacy_filter": "interleaved",
+    # RoFormerSelfAttention.apply_rotary_position_embeddings: stack([-x[..., 1::2], x[..., ::2]]),
+    # sin/cos stacked pairwise (base 10000 in its sinusoidal table, whatever the config)
+    "roformer": "interleaved",
     # view_as_complex(x.reshape(..., -1, 2)): adjacent coordinates are one complex number
     "llama4_text": "interleaved",
     "deepseek_v2": "interleaved",
@@ -166,6 +169,13 @@ _DEFAULT_THETA = {
 }
 # Gemma 3: full-attention layers rope_theta, sliding ones rope_local_base_freq
 _GEMMA3_THETA = {"full_attention": 1000000.0, "sliding_attention": 10000.0}
+
+# Gemma 4's rope_parameters when the config has none; its full-attention layers have
+# global_head_dim (512 when absent) heads
+_GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0}}
+_GEMMA4_GLOBAL_HEAD_DIM = 512
 
 # partial_rotary_factor when the config has none, where the class's default is not 1
 _PARTIAL_DEFAULT = {"gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5, "glm4v_moe_text": 0.5}
@@ -255,6 +265,7 @@ def layout_from_hf_config(config, layout=None):
     contradicts the config's ``rope_interleave`` raises ``ValueError``.
     """
     raw, cfg, family = _view(config)
+    _refuse(family)
     return _layout(raw, cfg, family, layout)
 
 
@@ -341,7 +352,8 @@ def _hf_rope(cls, config, *, layout=None, seq_len=None, layer_type=None):
     if family in _NO_ROPE_FAMILIES:
         raise ValueError(f"config: {_REFUSED[family]}")
     _refuse(family)
-    return _rope(cls, _normalised(cfg, family), family, _layout(raw, cfg, family, layout), seq_len, layer_type)
+    chosen = _layout(raw, cfg, family, layout)
+    return _rope(cls, _prepared(cfg, family, layer_type), family, chosen, seq_len, layer_type)
 
 
 def _rope(cls, cfg, family, chosen, seq_len, layer_type):
@@ -396,11 +408,20 @@ def _layout(raw, cfg, family, layout):
     return "split_half", "default"
 
 
+def _prepared(cfg, family, layer_type):
+    """The text config as its rope is read: family spellings normalised, and the attributes the
+    layers of ``layer_type`` override (Gemma 4's full-attention head_dim)."""
+    cfg = _normalised(cfg, family)
+    if layer_type is not None:
+        cfg = {**cfg, **_type_overrides(cfg, family, layer_type)}
+    return cfg
+
+
 def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
     """``{"args": Rope kwargs, "softmax_scale_factor": float}`` for one text config."""
     if not normalised:
         _refuse(family)
-        cfg = _normalised(cfg, family)
+        cfg = _prepared(cfg, family, layer_type)
     rope, where = _rope_dict(cfg, layer_type)
     mla = cfg.get("qk_rope_head_dim") is not None
     head_dim = _head_dim(cfg)
@@ -468,7 +489,10 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
 
 
 def _normalised(cfg, family):
-    """The config with Gemma 3's transformers-4 keys turned into its per-layer-type rope_parameters."""
+    """The config with Gemma 3's transformers-4 keys turned into its per-layer-type rope_parameters,
+    and Gemma 4's defaults for them (Gemma4TextConfig's) when it has none."""
+    if family == "gemma4_text" and cfg.get("rope_parameters") is None and cfg.get("rope_scaling") is None:
+        return {**cfg, "rope_parameters": copy.deepcopy(_GEMMA4_ROPE)}
     if family != "gemma3_text":
         return cfg
     params = cfg.get("rope_parameters")
@@ -705,6 +729,22 @@ def _layer_overrides(cfg, family, i, types):
         if found is not None and not isinstance(found, dict):
             raise ValueError(f"config: 'per_layer_config[{i}]' must be an object, got {found!r}")
         return dict(found or {})
-    if family == "gemma4_text" and types[i] == "full_attention":
-        return {"head_dim": cfg.get("global_head_dim", 512)}
+    if family == "gemma4_text" and types is not None and types[i] == "full_attention":
+        return {"head_dim": cfg.get("global_head_dim", _GEMMA4_GLOBAL_HEAD_DIM)}
     return {}
+
+
+def _type_overrides(cfg, family, layer_type):
+    """What the layers of ``layer_type`` override (the first such layer's; Gemma 4's are all alike)."""
+    if cfg.get("per_layer_config") is None and family != "gemma4_text":
+        return {}
+    try:
+        n = _num_layers(cfg)
+    except ValueError:
+        n = None
+    types = _layer_types(cfg, family, n) if n is not None else None
+    if types is None or layer_type not in types:
+        if family == "gemma4_text" and layer_type == "full_attention":
+            return {"head_dim": cfg.get("global_head_dim", _GEMMA4_GLOBAL_HEAD_DIM)}
+        return {}
+    return _layer_overrides(cfg, family, types.index(layer_type), types)
