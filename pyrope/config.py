@@ -1,9 +1,12 @@
-"""Model configs (transformers ``config.json``) to Rope arguments.
+"""Model configs (transformers ``config.json``) to Rope arguments, layouts and per-layer ropes.
 
 ``rope_arguments_from_hf_config(config)`` reads the keys that define a model's
 position function and returns ``head_dim``, ``rotary_dim``, ``base`` and
 ``scaling`` (a rule object from :mod:`pyrope.scaling`, or ``None``), ready for
-``Rope(**args, layout=...)``.
+``Rope(**args, layout=...)``.  ``layout_from_hf_config`` reads the pair layout
+(and where it came from), ``softmax_scale_factor_from_hf_config`` the factor a
+backend multiplies its softmax scale by, and ``layer_ropes`` gives the rope of
+every hidden layer (``None`` where a layer has no rotary embedding).
 
 Both config styles are read:
 
@@ -14,7 +17,31 @@ Both config styles are read:
   ``partial_rotary_factor`` and the rule's keys (optionally nested by layer
   type, e.g. ``{"full_attention": {...}, "sliding_attention": {...}}``).
 
+and the older spellings real configs still use: GPT-NeoX ``rotary_emb_base``
+and ``rotary_pct`` (0.25 when absent, as ``GPTNeoXConfig``); GPT-J/CodeGen
+``n_embd``, ``n_head`` and ``rotary_dim`` (64 when absent, as ``GPTJConfig``);
+Gemma 3's ``rope_local_base_freq`` (the sliding layers' base) next to
+``rope_theta`` and ``rope_scaling`` (the full-attention layers'); DeepSeek's
+``qk_rope_head_dim``: the Rope of a multi-head latent attention (MLA) model is
+the one applied to the ``qk_rope_head_dim`` slice of each query/key head, so
+that is its ``head_dim`` (a ``head_dim`` key is ignored, as transformers'
+DeepSeek configs overwrite it), and ``partial_rotary_factor`` may only say so
+(Mistral 4 writes ``qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)``).
+
 A value given in two places must agree, else ``ValueError`` names both.
+Where a family's transformers config class has its own default (``rope_theta``
+of Cohere, Llama 4, gpt-oss, SmolLM3 ...; GLM's ``partial_rotary_factor`` 0.5)
+the default is that class's (tables below, checked against transformers by
+``tests/test_transformers_conformance.py``).
+
+The layout (``layout_from_hf_config``): ``rope_interleave`` decides when the
+config has it (true: ``"interleaved"``, false: ``"split_half"``); else the
+``model_type`` (of the text config, where the text model is read) through
+:data:`LAYOUT_FAMILIES`, the families whose transformers code rotates adjacent
+pairs of HF weights, and the families checked split-half although a name or a
+relative suggests otherwise; else ``"split_half"``.  An explicit ``layout``
+wins over the table (weights converted to the other layout), but one that
+contradicts ``rope_interleave`` raises ``ValueError``.
 """
 
 from __future__ import annotations
@@ -25,17 +52,145 @@ import math
 import numbers
 import os
 import pathlib
+import warnings
 
+from ._checks import LAYOUT_NAMES
 from .errors import TypeError, ValueError
 from .scaling import Default, _positive_int, resolve, rule_from_dict
 
-__all__ = ["load_hf_config", "rope_arguments_from_hf_config", "DEFAULT_BASE"]
+__all__ = ["load_hf_config", "rope_arguments_from_hf_config", "layout_from_hf_config",
+           "softmax_scale_factor_from_hf_config", "layer_ropes", "DEFAULT_BASE", "LAYOUT_FAMILIES",
+           "SOFTMAX_MSCALE_FAMILIES"]
 
 # transformers' config classes fall back to this when config.json names no
 # rope_theta (Llama 2's config.json predates the key)
 DEFAULT_BASE = 10000.0
 
 _WINDOW_RULES = ("yarn", "llama3", "longrope")
+
+# ---- families, each entry checked against transformers' modeling code (5.24) -----------------
+#
+# The layout transformers' own code gives HF weights, by the model_type of the
+# text config.  "interleaved": the rotation pairs coordinates (2i, 2i + 1);
+# "split_half": (i, i + r/2), rotate_half.  A family that reads rope_interleave
+# is listed with the layout of its config class's default for the key.
+LAYOUT_FAMILIES = {
+    # rotate_every_two and cos/sin repeat_interleave(2) (GPTJRotaryEmbedding)
+    "gptj": "interleaved",
+    "codegen": "interleaved",
+    # rotate_half on x[..., 0::2] / x[..., 1::2], cos/sin halves repeat_interleave(2)
+    "glm": "interleaved",
+    "glm4": "interleaved",
+    "helium": "interleaved",
+    "ernie4_5": "interleaved",
+    "ernie4_5_moe": "interleaved",
+    "moonshine_streaming": "interleaved",
+    # rotate_half_llm / rotate_half_text (same pairs) with frequencies repeat_interleave(2)
+    "glm4v_text": "interleaved",
+    "glm_ocr_text": "interleaved",
+    "ernie4_5_vl_moe_text": "interleaved",
+    "hy_v4_vl_text": "interleaved",
+    # rotate_half on x[..., ::2] / x[..., 1::2], emb = repeat_interleave(freqs, 2)
+    "cohere": "interleaved",
+    "cohere2": "interleaved",
+    "cohere2_moe": "interleaved",
+    # _apply_rotary_emb on x[..., ::2] / x[..., 1::2], stacked back pairwise
+    "openai_privacy_filter": "interleaved",
+    # RoFormerSelfAttention.apply_rotary_position_embeddings: stack([-x[..., 1::2], x[..., ::2]]),
+    # sin/cos stacked pairwise (base 10000 in its sinusoidal table, whatever the config)
+    "roformer": "interleaved",
+    # view_as_complex(x.reshape(..., -1, 2)): adjacent coordinates are one complex number
+    "llama4_text": "interleaved",
+    "deepseek_v2": "interleaved",
+    # apply_rotary_pos_emb_interleave when config.rope_interleave, which defaults to True
+    "deepseek_v3": "interleaved",
+    "sarvam_mla": "interleaved",  # DeepseekV3Model
+    "glm4_moe_lite": "interleaved",
+    "mistral4": "interleaved",
+    "youtu": "interleaved",
+    "axk1": "interleaved",
+    # apply_rotary_pos_emb_interleave always (the DSA indexer's own keys use rotate_half)
+    "deepseek_v32": "interleaved",
+    "glm_moe_dsa": "interleaved",
+    "longcat_flash": "interleaved",
+    "axk2": "interleaved",
+    "bailing_hybrid": "interleaved",
+    # checked split-half: rotate_half on x[..., :d/2] / x[..., d/2:] with cat((freqs, freqs))
+    "glm4_moe": "split_half",
+    "glm4v_moe_text": "split_half",
+    "minicpm3": "split_half",
+    "hy_v4": "split_half",
+    "qwen2_vl_text": "split_half",
+    "qwen3_vl_text": "split_half",
+    "gemma3_text": "split_half",
+    "gemma4_text": "split_half",
+    "gpt_neox": "split_half",
+    "gpt_oss": "split_half",  # _apply_rotary_emb on torch.chunk(x, 2)
+    "smollm3": "split_half",
+    "llama": "split_half",
+}
+
+# A composite (multimodal) config's text config, when it names no model_type:
+# the text config class the composite one builds by default.
+_TEXT_MODEL_TYPE = {
+    "llama4": "llama4_text",
+    "glm4v": "glm4v_text",
+    "glm46v": "glm4v_text",
+    "glm_ocr": "glm_ocr_text",
+    "glm4v_moe": "glm4v_moe_text",
+    "ernie4_5_vl_moe": "ernie4_5_vl_moe_text",
+    "hy_v4_vl": "hy_v4_vl_text",
+    "cohere2_vision": "cohere2",
+    "aya_vision": "cohere2",
+    "kimi_k25": "deepseek_v3",
+    "qwen2_vl": "qwen2_vl_text",
+    "qwen3_vl": "qwen3_vl_text",
+    "gemma3": "gemma3_text",
+    "gemma4": "gemma4_text",
+}
+
+# Families whose attention multiplies its softmax scale 1/sqrt(qk_head_dim) by
+# mscale(factor, mscale_all_dim)**2 when the rope is not the default one
+# (yarn_apply_mscale in their modeling code).
+SOFTMAX_MSCALE_FAMILIES = frozenset({
+    "deepseek_v2", "deepseek_v3", "deepseek_v32", "sarvam_mla", "glm4_moe_lite", "glm_moe_dsa",
+    "longcat_flash", "mistral4", "mistral_large4_text", "minicpm3", "youtu", "axk1", "axk2",
+    "bailing_hybrid", "hy_v4", "hy_v4_vl_text",
+})
+
+# rope_theta when the config has none: the config class's default_theta where it is not 10000
+_DEFAULT_THETA = {
+    "apertus": 12000000.0, "bitnet": 500000.0, "cohere": 500000.0, "csm": 500000.0, "cwm": 1000000.0,
+    "ernie4_5": 500000.0, "ernie4_5_moe": 500000.0, "ernie4_5_vl_moe_text": 500000.0, "exaone": 500000.0,
+    "flex_olmo": 500000.0, "gpt_oss": 150000.0, "helium": 100000.0, "llama4_text": 500000.0,
+    "longcat_flash": 10000000.0, "minimax_m2": 5000000.0, "olmo3": 500000.0,
+    "openai_privacy_filter": 150000.0, "qwen2_vl_text": 1000000.0, "qwen3_vl_text": 500000.0,
+    "smollm3": 2000000.0, "solar_open": 1000000.0,
+}
+# Gemma 3: full-attention layers rope_theta, sliding ones rope_local_base_freq
+_GEMMA3_THETA = {"full_attention": 1000000.0, "sliding_attention": 10000.0}
+
+# Gemma 4's rope_parameters when the config has none; its full-attention layers have
+# global_head_dim (512 when absent) heads
+_GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0}}
+_GEMMA4_GLOBAL_HEAD_DIM = 512
+
+# partial_rotary_factor when the config has none, where the class's default is not 1
+_PARTIAL_DEFAULT = {"gpt_neox": 0.25, "glm": 0.5, "glm4": 0.5, "glm4_moe": 0.5, "glm4v_moe_text": 0.5}
+
+# GPT-J / CodeGen: rotary_dim when the config has none
+_ROTARY_DIM_DEFAULT = {"gptj": 64, "codegen": 64}
+
+# Families whose rotary embedding this module cannot state as one Rope per layer
+_REFUSED = {
+    "deepseek_v4": "DeepSeek V4 rotates the last qk_rope_head_dim channels of its shared key/value head with a "
+                   "'main' or 'compress' rope chosen by layer type, and rotates the attention output back",
+    "dots3_note_text": "dots3_note mixes per-layer head sizes and rope widths (per_layer_config)",
+    "kimi_linear": "Kimi Linear's attention layers have no rotary embedding",
+}
+_NO_ROPE_FAMILIES = {"kimi_linear"}
 
 
 def load_hf_config(config_or_path) -> dict:
@@ -76,7 +231,10 @@ def load_hf_config(config_or_path) -> dict:
     )
 
 
-def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, default_base=DEFAULT_BASE) -> dict:
+# --------------------------------------------------------------------------- public entry points
+
+
+def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, default_base=None) -> dict:
     """Keyword arguments ``head_dim``, ``rotary_dim``, ``base``, ``scaling`` for ``Rope``.
 
     ``config``: anything :func:`load_hf_config` accepts.  A multimodal config
@@ -84,22 +242,195 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
     ``seq_len``: current sequence length; selects the dynamic-NTK base and the
     LongRoPE short/long factors (ignored by rules that do not depend on it).
     ``layer_type``: which entry of a per-layer-type ``rope_parameters`` to read.
-    ``default_base``: base used when the config names no ``rope_theta``.
+    ``default_base``: base used when the config names no ``rope_theta``
+    (default: the family's transformers default, 10000 for most).
 
-    ``head_dim`` = ``head_dim`` or ``hidden_size // num_attention_heads``;
-    ``rotary_dim`` = ``int(head_dim * partial_rotary_factor)`` (``head_dim`` for
-    the proportional rule, whose frequency vector covers the whole head).
-    Missing or contradictory keys raise ``ValueError`` naming them.
+    ``head_dim`` = ``qk_rope_head_dim`` (MLA), else ``head_dim``, else
+    ``hidden_size // num_attention_heads`` (``n_embd // n_head``);
+    ``rotary_dim`` = ``rotary_dim`` (GPT-J) or ``int(head_dim *
+    partial_rotary_factor)`` (``head_dim`` for the proportional rule, whose
+    frequency vector covers the whole head).  Missing or contradictory keys
+    raise ``ValueError`` naming them.
     """
-    cfg = load_hf_config(config)
-    if isinstance(cfg.get("text_config"), dict) and "num_attention_heads" not in cfg:
-        cfg = cfg["text_config"]
+    _, cfg, family = _view(config)
+    return _read(cfg, family, seq_len, layer_type, default_base)["args"]
 
-    head_dim = _head_dim(cfg)
+
+def layout_from_hf_config(config, layout=None):
+    """``(layout, source)``: the pair layout of a model's HF weights and where it came from.
+
+    ``source`` is ``"rope_interleave"`` (the config's key decided),
+    ``"model_type"`` (:data:`LAYOUT_FAMILIES`), ``"default"`` (no hint:
+    ``"split_half"``) or ``"argument"`` (``layout`` given).  A ``layout`` that
+    contradicts the config's ``rope_interleave`` raises ``ValueError``.
+    """
+    raw, cfg, family = _view(config)
+    _refuse(family)
+    return _layout(raw, cfg, family, layout)
+
+
+def softmax_scale_factor_from_hf_config(config, *, layer_type=None) -> float:
+    """The factor a backend multiplies its ``1/sqrt(d)`` softmax scale by (``d``
+    the full query/key head, ``qk_nope_head_dim + qk_rope_head_dim`` for MLA).
+
+    ``mscale(factor, mscale_all_dim) ** 2`` with ``mscale(s, k) = 0.1 k ln s + 1``
+    (1 when ``s <= 1``) for the DeepSeek-style families of
+    :data:`SOFTMAX_MSCALE_FAMILIES` when the rope is not the default one and
+    ``mscale_all_dim`` is non-zero (as their transformers attention does); 1.0
+    otherwise.
+    """
+    _, cfg, family = _view(config)
+    return _read(cfg, family, None, layer_type, None)["softmax_scale_factor"]
+
+
+def layer_ropes(config, *, layout=None, seq_len=None):
+    """One entry per hidden layer: the ``Rope`` of that layer, or ``None`` for a
+    layer without rotary embedding.
+
+    What each layer uses follows transformers' modeling code:
+
+    * ``no_rope_layers`` (Llama 4, SmolLM3): 1 = rope, 0 = no rope.  Llama 4
+      takes an empty or absent list as every ``no_rope_layer_interval``-th
+      layer (4) without rope; SmolLM3 an absent one (an empty one is refused:
+      transformers cannot index it).
+    * ``layer_types`` with ``rope_parameters`` per layer type (Gemma 3/4,
+      transformers 5): each layer the rope of its type; a ``None`` entry means
+      that type has no rope.  Gemma 3's ``rope_theta``/``rope_scaling`` and
+      ``rope_local_base_freq`` are its full and sliding layers' ropes; Gemma
+      4's full-attention layers have ``global_head_dim`` (512) heads, and its
+      last layer is full attention (forced, with a warning, as transformers).
+      Absent ``layer_types`` are derived as the family's config class does
+      (``sliding_window_pattern``).
+    * Cohere 2: only sliding-window layers rotate (none when
+      ``sliding_window`` is null); Cohere 2 MoE also its dense prefix layers
+      when ``prefix_dense_sliding_window_pattern`` is 1.
+    * ``per_layer_config`` (transformers 5): a layer's overrides (e.g. its
+      ``head_dim``) apply to its rope.
+    * otherwise every layer has the model's rope (gpt-oss's sliding and full
+      layers share one).
+
+    Equal layers share one ``Rope`` object.  ``layout``/``seq_len`` as in
+    ``Rope.from_hf_config``.
+    """
+    from .rope import Rope  # rope imports this module
+
+    raw, cfg, family = _view(config)
+    if family in _NO_ROPE_FAMILIES:
+        return [None] * _num_layers(cfg)
+    _refuse(family)
+    cfg = _normalised(cfg, family)
+    n = _num_layers(cfg)
+    types = _layer_types(cfg, family, n)
+    flags = _rope_flags(cfg, family, n, types)
+    params = cfg.get("rope_parameters")
+    nested = isinstance(params, dict) and _is_nested(params)
+    if nested and types is None:
+        raise ValueError(f"config: 'rope_parameters' is given per layer type {sorted(params)} "
+                         "but the config has no 'layer_types'")
+    chosen = _layout(raw, cfg, family, layout)
+    built, out = {}, []
+    for i in range(n):
+        layer_type = types[i] if nested else None
+        if not flags[i] or (nested and layer_type in params and params[layer_type] is None):
+            out.append(None)
+            continue
+        overrides = _layer_overrides(cfg, family, i, types)
+        key = (layer_type, json.dumps(overrides, sort_keys=True))
+        if key not in built:
+            layer_cfg = {**cfg, **overrides}
+            try:
+                built[key] = _rope(Rope, layer_cfg, family, chosen, seq_len, layer_type)
+            except ValueError as exc:
+                raise type(exc)(f"layer {i}: {exc}") from None
+        out.append(built[key])
+    return out
+
+
+def _hf_rope(cls, config, *, layout=None, seq_len=None, layer_type=None):
+    """``Rope.from_hf_config``: the Rope of a config, with its layout source and softmax factor."""
+    raw, cfg, family = _view(config)
+    if family in _NO_ROPE_FAMILIES:
+        raise ValueError(f"config: {_REFUSED[family]}")
+    _refuse(family)
+    chosen = _layout(raw, cfg, family, layout)
+    return _rope(cls, _prepared(cfg, family, layer_type), family, chosen, seq_len, layer_type)
+
+
+def _rope(cls, cfg, family, chosen, seq_len, layer_type):
+    read = _read(cfg, family, seq_len, layer_type, None, normalised=True)
+    rope = cls(**read["args"], layout=chosen[0])
+    rope._layout_source = chosen[1]
+    rope._softmax_scale_factor = read["softmax_scale_factor"]
+    return rope
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _view(config):
+    """``(whole config, the config the text model reads, its family model_type)``."""
+    raw = load_hf_config(config)
+    cfg, parent = raw, raw.get("model_type")
+    if isinstance(raw.get("text_config"), dict) and "num_attention_heads" not in raw and "n_head" not in raw:
+        cfg = raw["text_config"]
+        own = cfg.get("model_type")
+        if own is not None:
+            parent = own
+    family = _TEXT_MODEL_TYPE.get(parent, parent) if isinstance(parent, str) else None
+    return raw, cfg, family
+
+
+def _refuse(family):
+    if family in _REFUSED:
+        raise ValueError(f"config: model_type {family!r} is not read: {_REFUSED[family]}")
+
+
+def _layout(raw, cfg, family, layout):
+    flag = cfg.get("rope_interleave", raw.get("rope_interleave"))
+    if layout is not None:
+        if not isinstance(layout, str) or layout not in LAYOUT_NAMES:
+            raise ValueError(f"layout must be None (read it from the config), 'split_half' or 'interleaved', "
+                             f"got {layout!r}")
+    if flag is not None:
+        if not isinstance(flag, bool):
+            raise ValueError(f"config: 'rope_interleave' must be true or false, got {flag!r}")
+        from_flag = "interleaved" if flag else "split_half"
+        if layout is None:
+            return from_flag, "rope_interleave"
+        if layout != from_flag:
+            raise ValueError(f"layout={layout!r} contradicts the config's 'rope_interleave': "
+                             f"{str(flag).lower()} (which means {from_flag!r})")
+        return layout, "argument"
+    if layout is not None:
+        return layout, "argument"
+    if family in LAYOUT_FAMILIES:
+        return LAYOUT_FAMILIES[family], "model_type"
+    return "split_half", "default"
+
+
+def _prepared(cfg, family, layer_type):
+    """The text config as its rope is read: family spellings normalised, and the attributes the
+    layers of ``layer_type`` override (Gemma 4's full-attention head_dim)."""
+    cfg = _normalised(cfg, family)
+    if layer_type is not None:
+        cfg = {**cfg, **_type_overrides(cfg, family, layer_type)}
+    return cfg
+
+
+def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
+    """``{"args": Rope kwargs, "softmax_scale_factor": float}`` for one text config."""
+    if not normalised:
+        _refuse(family)
+        cfg = _prepared(cfg, family, layer_type)
     rope, where = _rope_dict(cfg, layer_type)
+    mla = cfg.get("qk_rope_head_dim") is not None
+    head_dim = _head_dim(cfg)
 
     base = _one_value(f"{where}.rope_theta", rope.pop("rope_theta", None), "rope_theta", cfg.get("rope_theta"))
-    base = default_base if base is None else base
+    # GPT-NeoX spells the base rotary_emb_base
+    base = _one_value("rope_theta", base, "rotary_emb_base", cfg.get("rotary_emb_base"))
+    if base is None:
+        base = default_base if default_base is not None else _DEFAULT_THETA.get(family, DEFAULT_BASE)
     if isinstance(base, bool) or not isinstance(base, numbers.Real) or not math.isfinite(base) or base <= 1:
         raise ValueError(f"config: 'rope_theta' must be a finite number > 1, got {base!r}")
     base = float(base)
@@ -108,8 +439,8 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
                          "partial_rotary_factor", cfg.get("partial_rotary_factor"))
     # GPT-NeoX spells the same fraction rotary_pct
     partial = _one_value("partial_rotary_factor", partial, "rotary_pct", cfg.get("rotary_pct"))
-    partial = 1.0 if partial is None else partial
-    if isinstance(partial, bool) or not isinstance(partial, numbers.Real) or not 0 < partial <= 1:
+    if partial is not None and (isinstance(partial, bool) or not isinstance(partial, numbers.Real)
+                                or not 0 < partial <= 1):
         raise ValueError(f"config: 'partial_rotary_factor' must be in (0, 1], got {partial!r}")
 
     name = _rule_name(rope, cfg)
@@ -117,45 +448,100 @@ def rope_arguments_from_hf_config(config, *, seq_len=None, layer_type=None, defa
         seq_len = _positive_int("seq_len", seq_len, "config")
 
     if name == "proportional":
-        rope["partial_rotary_factor"] = float(partial)
+        rope["partial_rotary_factor"] = float(1.0 if partial is None else partial)
         rotary_dim = head_dim
+    elif mla:
+        rotary_dim = _mla_rotary_dim(cfg, head_dim, partial)
     else:
-        rotary_dim = int(head_dim * partial)
-        if rotary_dim < 2 or rotary_dim % 2:
-            raise ValueError(
-                f"config: rotary dimension int(head_dim * partial_rotary_factor) = int({head_dim} * {partial}) "
-                f"= {rotary_dim} must be even and >= 2"
-            )
+        rotary_dim = _rotary_dim(cfg, family, head_dim, partial)
 
     max_pos = cfg.get("max_position_embeddings")
+    alpha = name == "dynamic" and rope.get("alpha") is not None
     if name in _WINDOW_RULES:
         original = _one_value(f"{where}.original_max_position_embeddings",
                               rope.get("original_max_position_embeddings"),
                               "original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
         if original is not None:
             rope["original_max_position_embeddings"] = original
-    if name in ("dynamic", "yarn", "llama3", "longrope") and max_pos is not None:
+    if name in ("dynamic", "yarn", "llama3", "longrope") and max_pos is not None and not alpha:
         _put(rope, where, "max_position_embeddings", max_pos)
-    if name == "dynamic" and max_pos is None:
-        raise ValueError("config: rope_type 'dynamic' needs top-level 'max_position_embeddings'")
-    if name in ("dynamic", "longrope") and seq_len is not None:
+    if name == "dynamic" and max_pos is None and not alpha:
+        raise ValueError("config: rope_type 'dynamic' needs top-level 'max_position_embeddings' "
+                         "(or 'alpha', a fixed base change)")
+    if name in ("dynamic", "longrope") and seq_len is not None and not alpha:
         _put(rope, where, "seq_len", seq_len)
 
     scaling = rule_from_dict(rope)
     if isinstance(scaling, Default):
         scaling = None
     args = {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling}
-    resolve(**args)  # refuse now what Rope would refuse later (e.g. a factor list of the wrong length)
-    return args
+    resolved = resolve(**args)  # refuse now what Rope would refuse later (e.g. a factor list of the wrong length)
+
+    softmax = 1.0
+    mscale_all_dim = rope.get("mscale_all_dim")
+    if family in SOFTMAX_MSCALE_FAMILIES and name != "default" and mscale_all_dim:
+        factor = rope.get("factor")
+        if factor is None:  # yarn derives it from the windows
+            factor = resolved.params.get("factor")
+        m = 1.0 if factor <= 1 else 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0
+        softmax = m * m
+    return {"args": args, "softmax_scale_factor": softmax}
+
+
+def _normalised(cfg, family):
+    """The config with Gemma 3's transformers-4 keys turned into its per-layer-type rope_parameters,
+    and Gemma 4's defaults for them (Gemma4TextConfig's) when it has none."""
+    if family == "gemma4_text" and cfg.get("rope_parameters") is None and cfg.get("rope_scaling") is None:
+        return {**cfg, "rope_parameters": copy.deepcopy(_GEMMA4_ROPE)}
+    if family != "gemma3_text":
+        return cfg
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and _is_nested(params):
+        params = copy.deepcopy(params)
+        for layer_type, theta in _GEMMA3_THETA.items():
+            if isinstance(params.get(layer_type), dict):
+                params[layer_type].setdefault("rope_theta", theta)
+        return {**cfg, "rope_parameters": params}
+    full = {"rope_type": "default"}
+    for key in ("rope_scaling", "rope_parameters"):
+        value = cfg.get(key)
+        if value is not None:
+            if not isinstance(value, dict):
+                raise ValueError(f"config: {key!r} must be an object or null, got {value!r}")
+            full.update(value)
+    if "type" in full and full.get("rope_type") == "default":
+        full["rope_type"] = full.pop("type")
+    theta = _one_value("rope_parameters.rope_theta", full.get("rope_theta"), "rope_theta", cfg.get("rope_theta"))
+    full["rope_theta"] = _GEMMA3_THETA["full_attention"] if theta is None else theta
+    local = cfg.get("rope_local_base_freq")
+    sliding = {"rope_type": "default",
+               "rope_theta": _GEMMA3_THETA["sliding_attention"] if local is None else local}
+    out = {k: v for k, v in cfg.items() if k not in ("rope_scaling", "rope_theta", "rope_local_base_freq")}
+    out["rope_parameters"] = {"full_attention": full, "sliding_attention": sliding}
+    return out
+
+
+def _int_key(cfg, *names):
+    """The one value of a key that several spellings name (they must agree)."""
+    value = None
+    for name in names:
+        value = _one_value(names[0], value, name, cfg.get(name))
+    return value
 
 
 def _head_dim(cfg):
+    rope_slice = cfg.get("qk_rope_head_dim")
+    if rope_slice is not None:  # MLA: the rope acts on the qk_rope_head_dim slice
+        if isinstance(rope_slice, bool) or not isinstance(rope_slice, int) or rope_slice < 2 or rope_slice % 2:
+            raise ValueError(f"config: 'qk_rope_head_dim' must be an even int >= 2, got {rope_slice!r}")
+        return rope_slice
     head_dim = cfg.get("head_dim")
     if head_dim is None:
-        missing = [k for k in ("hidden_size", "num_attention_heads") if cfg.get(k) is None]
+        hidden = _int_key(cfg, "hidden_size", "n_embd")
+        heads = _int_key(cfg, "num_attention_heads", "n_head")
+        missing = [k for k, v in (("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
         if missing:
             raise ValueError(f"config: needs 'head_dim', or 'hidden_size' and 'num_attention_heads'; missing {missing}")
-        hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
         for key, value in (("hidden_size", hidden), ("num_attention_heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config: {key!r} must be a positive int, got {value!r}")
@@ -163,6 +549,39 @@ def _head_dim(cfg):
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
         raise ValueError(f"config: 'head_dim' must be an int >= 2, got {head_dim!r}")
     return head_dim
+
+
+def _rotary_dim(cfg, family, head_dim, partial):
+    if "rotary_dim" in cfg or family in _ROTARY_DIM_DEFAULT:  # GPT-J, CodeGen
+        given = cfg.get("rotary_dim", _ROTARY_DIM_DEFAULT.get(family))
+        if isinstance(given, bool) or not isinstance(given, int) or not 2 <= given <= head_dim or given % 2:
+            raise ValueError(f"config: 'rotary_dim' must be an even int in [2, head_dim={head_dim}], got {given!r}")
+        if partial is not None and int(head_dim * partial) != given:
+            raise ValueError(f"config: 'partial_rotary_factor' = {partial!r} gives int({head_dim} * {partial}) = "
+                             f"{int(head_dim * partial)}, contradicting 'rotary_dim' = {given}")
+        return given
+    if partial is None:
+        partial = _PARTIAL_DEFAULT.get(family, 1.0)
+    rotary_dim = int(head_dim * partial)
+    if rotary_dim < 2 or rotary_dim % 2:
+        raise ValueError(
+            f"config: rotary dimension int(head_dim * partial_rotary_factor) = int({head_dim} * {partial}) "
+            f"= {rotary_dim} must be even and >= 2"
+        )
+    return rotary_dim
+
+
+def _mla_rotary_dim(cfg, rope_slice, partial):
+    """The whole qk_rope_head_dim slice rotates; a partial_rotary_factor may only say so, as a
+    fraction of the full head (qk_nope_head_dim + qk_rope_head_dim, else head_dim)."""
+    if partial is None or partial == 1:
+        return rope_slice
+    nope = cfg.get("qk_nope_head_dim")
+    full = nope + rope_slice if isinstance(nope, int) and not isinstance(nope, bool) else cfg.get("head_dim")
+    if not isinstance(full, int) or isinstance(full, bool) or int(full * partial) != rope_slice:
+        raise ValueError(f"config: 'partial_rotary_factor' = {partial!r} of the {full!r}-wide head does not give "
+                         f"'qk_rope_head_dim' = {rope_slice}, the slice the rope rotates")
+    return rope_slice
 
 
 def _rope_dict(cfg, layer_type):
@@ -176,7 +595,9 @@ def _rope_dict(cfg, layer_type):
             raise ValueError(f"config: 'rope_parameters' is given per layer type {sorted(new)}; pass layer_type=")
         if layer_type not in new:
             raise ValueError(f"config: layer_type {layer_type!r} not in 'rope_parameters' {sorted(new)}")
-        new = new[layer_type] or {}
+        if new[layer_type] is None:
+            raise ValueError(f"config: layer type {layer_type!r} has no rotary embedding (rope_parameters entry null)")
+        new = new[layer_type]
     elif layer_type is not None:
         raise ValueError(f"config: layer_type={layer_type!r} given but 'rope_parameters' is not per layer type")
     if new and old:
@@ -223,3 +644,107 @@ def _put(rope, where, key, value):
     """Add a top-level value to the rope dict, refusing a different one already there."""
     _one_value(f"{where}.{key}", rope.get(key), key, value)
     rope[key] = value
+
+
+# --------------------------------------------------------------------------- layers
+
+
+def _num_layers(cfg):
+    n = _int_key(cfg, "num_hidden_layers", "n_layer")
+    if n is None and isinstance(cfg.get("layer_types"), list):
+        n = len(cfg["layer_types"])
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"config: 'num_hidden_layers' must be a positive int, got {n!r}")
+    return n
+
+
+def _pattern_types(n, pattern):
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+        raise ValueError(f"config: 'sliding_window_pattern' must be a positive int, got {pattern!r}")
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+
+
+def _layer_types(cfg, family, n):
+    """The config's layer_types, or what the family's config class derives; None when neither."""
+    types = cfg.get("layer_types")
+    if types is None:
+        if family == "gemma3_text":
+            types = _pattern_types(n, cfg.get("sliding_window_pattern", cfg.get("_sliding_window_pattern", 6)))
+        elif family == "gemma4_text":
+            types = _pattern_types(n, 6)
+        elif family == "cohere2":
+            types = _pattern_types(n, cfg.get("sliding_window_pattern", 4))
+        elif family == "cohere2_moe":
+            first = cfg.get("first_k_dense_replace", 0)
+            types = (_pattern_types(first, cfg.get("prefix_dense_sliding_window_pattern", 1))
+                     + _pattern_types(n - first, cfg.get("sliding_window_pattern", 4)))
+        else:
+            return None
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise ValueError(f"config: 'layer_types' must be a list of strings, got {types!r}")
+    if len(types) != n:
+        raise ValueError(f"config: 'layer_types' has {len(types)} entries for {n} hidden layers")
+    types = list(types)
+    if family == "gemma4_text" and types[-1] != "full_attention":
+        warnings.warn(f"config: Gemma 4's last layer must use full attention, got {types[-1]!r}; "
+                      "taking it as full attention, as transformers does", stacklevel=3)
+        types[-1] = "full_attention"
+    return types
+
+
+def _rope_flags(cfg, family, n, types):
+    """Per layer: whether its attention applies the rotary embedding at all."""
+    if family in ("llama4_text", "smollm3"):
+        flags = cfg.get("no_rope_layers")
+        interval = cfg.get("no_rope_layer_interval", 4)
+        if flags is None or (family == "llama4_text" and flags == []):
+            if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+                raise ValueError(f"config: 'no_rope_layer_interval' must be a positive int, got {interval!r}")
+            return [(i + 1) % interval != 0 for i in range(n)]
+        if not isinstance(flags, list) or len(flags) < n:
+            raise ValueError(f"config: 'no_rope_layers' must list 1 (rope) or 0 (no rope) for each of the {n} "
+                             f"hidden layers, got {flags!r}")
+        for i, flag in enumerate(flags[:n]):
+            if flag not in (0, 1):  # True/False compare equal to 1/0
+                raise ValueError(f"config: 'no_rope_layers[{i}]' must be 1 (rope) or 0 (no rope), got {flag!r}")
+        return [bool(flag) for flag in flags[:n]]
+    if family in ("cohere2", "cohere2_moe"):
+        window = cfg.get("sliding_window", 4096)
+        flags = [t == "sliding_attention" and window is not None for t in types]
+        if family == "cohere2_moe" and cfg.get("prefix_dense_sliding_window_pattern", 1) == 1:
+            first = cfg.get("first_k_dense_replace", 0)
+            mlp = cfg.get("mlp_layer_types") or ["dense" if i < first else "sparse" for i in range(n)]
+            flags = [f or mlp[i] == "dense" for i, f in enumerate(flags)]
+        return flags
+    return [True] * n
+
+
+def _layer_overrides(cfg, family, i, types):
+    """Config attributes layer ``i`` overrides (transformers 5 per_layer_config; Gemma 4's global_head_dim)."""
+    per_layer = cfg.get("per_layer_config")
+    if per_layer is not None:
+        if not isinstance(per_layer, dict):
+            raise ValueError(f"config: 'per_layer_config' must be an object, got {per_layer!r}")
+        found = per_layer.get(str(i), per_layer.get(i))
+        if found is not None and not isinstance(found, dict):
+            raise ValueError(f"config: 'per_layer_config[{i}]' must be an object, got {found!r}")
+        return dict(found or {})
+    if family == "gemma4_text" and types is not None and types[i] == "full_attention":
+        return {"head_dim": cfg.get("global_head_dim", _GEMMA4_GLOBAL_HEAD_DIM)}
+    return {}
+
+
+def _type_overrides(cfg, family, layer_type):
+    """What the layers of ``layer_type`` override (the first such layer's; Gemma 4's are all alike)."""
+    if cfg.get("per_layer_config") is None and family != "gemma4_text":
+        return {}
+    try:
+        n = _num_layers(cfg)
+    except ValueError:
+        n = None
+    types = _layer_types(cfg, family, n) if n is not None else None
+    if types is None or layer_type not in types:
+        if family == "gemma4_text" and layer_type == "full_attention":
+            return {"head_dim": cfg.get("global_head_dim", _GEMMA4_GLOBAL_HEAD_DIM)}
+        return {}
+    return _layer_overrides(cfg, family, types.index(layer_type), types)

@@ -31,6 +31,25 @@ replaced by its ``float.hex()`` string, then
 allow_nan=False)`` encoded as ASCII.  Hex strings make the bytes independent of
 how any Python version prints floats, so the same numbers give the same
 fingerprint everywhere.
+
+Two more keys, added by ``with_config_facts`` (``Rope.contract()`` always has
+them; ``make_contract`` alone does not)::
+
+    softmax_scale_factor  float.hex() string, the multiplier of the backend's
+                          1/sqrt(d) softmax scale (DeepSeek YaRN:
+                          mscale(factor, mscale_all_dim)**2; 1.0 otherwise)
+    layout_source         str, where the layout came from: "argument",
+                          "rope_interleave", "model_type", "default"
+
+``layout_source`` is informational: it never enters the canonical form, so
+two ropes with the same layout and numbers have one fingerprint wherever their
+layouts came from.  ``softmax_scale_factor`` enters it when it is not exactly
+1.0, as ``"softmax_scale_factor": "<hex>"``: it scales attention logits as
+the square of ``attention_factor`` does, so a backend that shares keys or
+checks a fingerprint must apply it too.  At 1.0 (every rope but a
+DeepSeek-style YaRN one) it is left out, so the canonical form, and the
+fingerprint, of every rope that has no factor is the one it had before the
+key existed.
 """
 
 from __future__ import annotations
@@ -50,6 +69,10 @@ __all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "
            "canonical_json"]
 
 FORMAT = "pyrope.contract/1"
+
+# keys with_config_facts adds; resolved_from_contract checks and sets them aside
+_FACT_KEYS = ("softmax_scale_factor", "layout_source")
+LAYOUT_SOURCES = ("argument", "rope_interleave", "model_type", "default")
 
 _KEYS = ("format", "layout", "head_dim", "rotary_dim", "inv_freq", "attention_factor", "rule", "params",
          "original_window", "target_window")
@@ -102,6 +125,8 @@ def resolved_from_contract(d: dict):
     """
     if not isinstance(d, dict):
         raise TypeError(f"contract must be a dict, got {type(d).__name__}")
+    config_facts_from_contract(d)
+    d = {k: v for k, v in d.items() if k not in _FACT_KEYS}
     if d.get("format") != FORMAT:
         raise ValueError(f"contract: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
     missing = [k for k in _KEYS if k not in d]
@@ -172,6 +197,9 @@ def canonical_json(contract: dict) -> str:
     clean = make_contract(layout=layout, head_dim=head_dim, resolved=resolved, mrope_section=section,
                           mrope_interleaved=interleaved)
     clean["params"] = _hex_floats(clean["params"])
+    factor = config_facts_from_contract(contract)[0]
+    if factor != 1.0:  # layout_source never enters the canonical form
+        clean["softmax_scale_factor"] = factor.hex()
     return json.dumps(clean, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
@@ -180,7 +208,37 @@ def fingerprint(contract: dict) -> str:
     return hashlib.sha256(canonical_json(contract).encode("ascii")).hexdigest()
 
 
+def with_config_facts(contract: dict, *, softmax_scale_factor=1.0, layout_source="argument") -> dict:
+    """``contract`` with ``softmax_scale_factor`` (float.hex) and ``layout_source`` added (see the module docstring)."""
+    factor = _check_softmax_factor(softmax_scale_factor)
+    _check_layout_source(layout_source)
+    return {**contract, "softmax_scale_factor": factor.hex(), "layout_source": layout_source}
+
+
+def config_facts_from_contract(d: dict):
+    """``(softmax_scale_factor, layout_source)`` of a contract: ``1.0`` and ``"argument"``
+    when absent (contracts made before the keys existed)."""
+    factor = 1.0
+    if "softmax_scale_factor" in d:
+        factor = _check_softmax_factor(_from_hex("softmax_scale_factor", d["softmax_scale_factor"]))
+    source = d.get("layout_source", "argument")
+    _check_layout_source(source)
+    return factor, source
+
+
 # --------------------------------------------------------------------------- helpers
+
+
+def _check_softmax_factor(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"contract: 'softmax_scale_factor' must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _check_layout_source(value):
+    if value not in LAYOUT_SOURCES:
+        raise ValueError(f"contract: 'layout_source' must be one of {', '.join(map(repr, LAYOUT_SOURCES))}, "
+                         f"got {value!r}")
 
 
 def _check_layout(layout):

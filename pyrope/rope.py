@@ -10,7 +10,8 @@ import numpy as np
 from . import _kernel, _plan
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
-from .config import rope_arguments_from_hf_config
+from .config import _hf_rope
+from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract, sections_from_contract
 from .errors import RopeError, TypeError, ValueError
@@ -53,7 +54,8 @@ class Rope:
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
                  "_attention_factor", "_resolved", "_fingerprint", "_tables", "_plan_key",
-                 "_mrope_section", "_mrope_interleaved", "_pair_component")
+                 "_mrope_section", "_mrope_interleaved", "_pair_component",
+                 "_softmax_scale_factor", "_layout_source")
 
     def __init__(self, head_dim, *, layout=_MISSING, base=10000.0, rotary_dim=None, scaling=None,
                  mrope_section=None, mrope_interleaved=False):
@@ -87,22 +89,29 @@ class Rope:
             self._pair_component = comp
         self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
+        # from_hf_config and from_contract set these two after construction
+        self._softmax_scale_factor = 1.0
+        self._layout_source = "argument"
 
     @classmethod
-    def from_hf_config(cls, config, *, layout="split_half", seq_len=None, layer_type=None):
+    def from_hf_config(cls, config, *, layout=None, seq_len=None, layer_type=None):
         """The Rope of a transformers model config.
 
         ``config``: a dict, a path to ``config.json`` (or its folder), or a
         transformers config object; both the transformers-4 (``rope_scaling``)
         and transformers-5 (``rope_parameters``) styles are read.
-        ``layout``: ``"split_half"`` for transformers checkpoints (their
-        ``rotate_half``); pass ``"interleaved"`` for GPT-J/Meta-style weights.
-        ``seq_len``: current length, for dynamic NTK and LongRoPE, whose
-        frequencies depend on it. ``layer_type``: the entry of a per-layer-type
-        ``rope_parameters``. See ``pyrope.config.rope_arguments_from_hf_config``.
+        ``layout``: ``None`` (default) reads it from the config: the config's
+        ``rope_interleave``, else its ``model_type`` (the families whose
+        transformers code rotates adjacent pairs of HF weights are
+        ``"interleaved"``), else ``"split_half"``; ``rope.layout_source`` says
+        which. An explicit layout contradicting ``rope_interleave`` raises
+        ``ValueError``. ``seq_len``: current length, for dynamic NTK and
+        LongRoPE, whose frequencies depend on it. ``layer_type``: the entry of a
+        per-layer-type ``rope_parameters``. DeepSeek-style (MLA) configs give the
+        rope of the ``qk_rope_head_dim`` slice, and ``rope.softmax_scale_factor``.
+        See ``pyrope.config`` (and ``pyrope.config.layer_ropes`` for every layer).
         """
-        args = rope_arguments_from_hf_config(config, seq_len=seq_len, layer_type=layer_type)
-        return cls(**args, layout=layout)
+        return _hf_rope(cls, config, layout=layout, seq_len=seq_len, layer_type=layer_type)
 
     @classmethod
     def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
@@ -142,18 +151,23 @@ class Rope:
         section, interleaved = sections_from_contract(contract)
         if section is not None:
             checked("mrope_section", pair_components, section, interleaved, resolved.rotary_dim // 2)
-        return cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved,
+        rope = cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved,
                    mrope_section=section, mrope_interleaved=interleaved)
+        rope._softmax_scale_factor, rope._layout_source = config_facts_from_contract(contract)
+        return rope
 
     def contract(self):
         """JSON-serialisable dict of everything that defines this position function.
 
         Keys: format, layout, head_dim, rotary_dim, inv_freq (float.hex strings,
         exact), attention_factor (float.hex), rule, params, original_window,
-        target_window. See ``pyrope.contract``.
+        target_window, softmax_scale_factor (float.hex), layout_source
+        (informational, outside the fingerprint). See ``pyrope.contract``.
         """
-        return make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved,
-                             mrope_section=self._mrope_section, mrope_interleaved=self._mrope_interleaved)
+        contract = make_contract(layout=self._layout, head_dim=self._head_dim, resolved=self._resolved,
+                                 mrope_section=self._mrope_section, mrope_interleaved=self._mrope_interleaved)
+        return with_config_facts(contract, softmax_scale_factor=self._softmax_scale_factor,
+                                 layout_source=self._layout_source)
 
     @property
     def fingerprint(self):
@@ -168,6 +182,14 @@ class Rope:
     head_dim = property(lambda self: self._head_dim, doc="Size of one head.")
     rotary_dim = property(lambda self: self._rotary_dim, doc="Rotated coordinates per head.")
     layout = property(lambda self: self._layout, doc="'split_half' or 'interleaved'.")
+    layout_source = property(
+        lambda self: self._layout_source,
+        doc="Where the layout came from: 'argument', or (from_hf_config) 'rope_interleave', 'model_type', "
+            "'default'.")
+    softmax_scale_factor = property(
+        lambda self: self._softmax_scale_factor,
+        doc="Multiplier of the backend's 1/sqrt(d) softmax scale (DeepSeek YaRN: mscale(factor, "
+            "mscale_all_dim)**2; 1.0 for every other model).")
     base = property(lambda self: self._base, doc="The frequency base given at construction.")
     inv_freq = property(lambda self: self._inv_freq,
                         doc="float64 [rotary_dim // 2] angular frequencies (read-only).")

@@ -30,6 +30,7 @@ import builtins
 import math
 import numbers
 import operator
+import warnings
 from collections import namedtuple
 from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
@@ -293,24 +294,42 @@ class Dynamic:
     ``inv_freq_i = b' ** (-2i/d)``; at or below the window ``b' = b``.  Attention
     factor 1.  Keys already rotated under one ``seq_len`` are not valid under
     another: resolve again (and re-rotate) when the length grows.
+
+    With ``alpha`` (HunYuan's configs: ``{"type": "dynamic", "alpha": 1000.0,
+    ...}``) the base change is fixed, ``b' = b * alpha ** (d/(d-2))``, whatever
+    the length, as vLLM's ``DynamicNTKAlphaRotaryEmbedding`` and transformers'
+    HunYuan ``ntk_alpha`` rope compute it; ``factor``, ``max_position_embeddings``
+    and ``seq_len`` are then not used, nor are the ``beta_fast``, ``beta_slow``,
+    ``mscale`` and ``mscale_all_dim`` keys those configs carry (transformers
+    ignores them too; attention factor 1).
     """
 
-    factor: float
-    max_position_embeddings: int
+    factor: float | None = None
+    max_position_embeddings: int | None = None
     seq_len: int | None = None
+    alpha: float | None = None
     rope_type: ClassVar[str] = "dynamic"
 
     def __post_init__(self):
         r = self.rope_type
-        object.__setattr__(self, "factor", _positive_real("factor", self.factor, r))
+        object.__setattr__(self, "alpha", _optional(_positive_real, "alpha", self.alpha, r))
+        object.__setattr__(self, "factor", _optional(_positive_real, "factor", self.factor, r))
         object.__setattr__(self, "max_position_embeddings",
-                           _positive_int("max_position_embeddings", self.max_position_embeddings, r))
+                           _optional(_positive_int, "max_position_embeddings", self.max_position_embeddings, r))
         object.__setattr__(self, "seq_len", _optional(_positive_int, "seq_len", self.seq_len, r))
+        if self.alpha is None:
+            missing = [k for k in ("factor", "max_position_embeddings") if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"{r}: missing required key(s) {missing} (or 'alpha', a fixed base change)")
 
     def _resolve(self, head_dim, d, base):
+        exponent = _base_change_exponent(d, self.rope_type)
+        if self.alpha is not None:
+            scaled = base * self.alpha ** exponent
+            params = {"base": base, "alpha": self.alpha, "scaled_base": scaled}
+            return Resolved(_base_theta(scaled, d), 1.0, self.rope_type, params)
         window = self.max_position_embeddings
         length = window if self.seq_len is None else max(self.seq_len, window)
-        exponent = _base_change_exponent(d, self.rope_type)
         scaled = base * (self.factor * length / window - (self.factor - 1)) ** exponent
         params = {"base": base, "factor": self.factor, "max_position_embeddings": window,
                   "seq_len": length, "scaled_base": scaled}
@@ -434,7 +453,10 @@ class Llama3:
     ``k = (L0 / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor)``,
     ``(1 - k) * theta_i / s + k * theta_i``.  Attention factor 1.  ``factor`` is
     used as given even when it differs from max/original (Llama 3.1 8B ships 8
-    with 131072/8192 = 16).
+    with 131072/8192 = 16).  Equal low and high factors (Llama 4 Scout: 1 and
+    1) leave no band in between: a warning, as transformers gives, and finite
+    frequencies (a pair exactly on the edge keeps ``theta_i``, where
+    transformers' 0/0 blend would be NaN).
     """
 
     factor: float
@@ -452,11 +474,16 @@ class Llama3:
                            _positive_int("original_max_position_embeddings", self.original_max_position_embeddings, r))
         object.__setattr__(self, "max_position_embeddings",
                            _optional(_positive_int, "max_position_embeddings", self.max_position_embeddings, r))
-        if self.high_freq_factor <= self.low_freq_factor:
+        if self.high_freq_factor < self.low_freq_factor:
             raise ValueError(
-                f"{r}: 'high_freq_factor' must be greater than 'low_freq_factor', got "
+                f"{r}: 'high_freq_factor' must be at least 'low_freq_factor', got "
                 f"high_freq_factor={self.high_freq_factor} and low_freq_factor={self.low_freq_factor}"
             )
+        if self.high_freq_factor == self.low_freq_factor:  # Llama 4: no blended band
+            warnings.warn(
+                f"{r}: 'high_freq_factor' equals 'low_freq_factor' ({self.low_freq_factor}): no pair is blended, "
+                "each keeps its frequency or is divided by 'factor' (transformers warns the same and computes "
+                "the same frequencies)", stacklevel=3)
 
     def _blame(self, limit, head_dim, d, base):
         return f"'factor' = {self.factor!r}", None
@@ -465,7 +492,8 @@ class Llama3:
         theta = _base_theta(base, d)
         s, lo, hi, window = self.factor, self.low_freq_factor, self.high_freq_factor, self.original_max_position_embeddings
         wavelength = 2 * math.pi / theta
-        k = (window / wavelength - lo) / (hi - lo)
+        # lo == hi (Llama 4) leaves no band to blend; k is then never used
+        k = (window / wavelength - lo) / (hi - lo) if hi > lo else np.zeros_like(theta)
         inv_freq = np.where(
             wavelength < window / hi, theta,
             np.where(wavelength > window / lo, theta / s, (1 - k) * theta / s + k * theta),
@@ -636,6 +664,8 @@ RULES = {cls.rope_type: cls for cls in (Default, Linear, NTK, Dynamic, Yarn, Lla
 
 # keys any dict may carry (transformers 5 puts them in rope_parameters); checked, not used
 _CONTEXT_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
+# keys HunYuan's dynamic-with-alpha configs carry and nobody reads (see Dynamic)
+_ALPHA_INERT_KEYS = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -664,6 +694,8 @@ def rule_from_dict(scaling: dict):
     cls = RULES[name]
     names = [f.name for f in fields(cls)]
     allowed = set(names) | set(_CONTEXT_KEYS)
+    if name == "dynamic" and scaling.get("alpha") is not None:
+        allowed |= set(_ALPHA_INERT_KEYS)
     unknown = sorted(k for k in scaling if k not in allowed)
     if unknown:
         raise ValueError(f"{name}: unknown key(s) {unknown}; this rule reads {sorted(names)}")

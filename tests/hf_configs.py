@@ -197,3 +197,181 @@ PROPORTIONAL_V5 = {
     "max_position_embeddings": 131072,
     "rope_parameters": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25},
 }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Families whose keys or layout differ from Llama's: the RoPE part of each model's config.json, with
+# its keys spelled as that file spells them.  The numbers were written down from the published files
+# without a copy at hand to diff against; what the tests rely on is the keys each carries (and lacks),
+# checked against transformers' own config classes and modeling code in test_family_conformance.
+
+# deepseek-ai/DeepSeek-V3: MLA; neither rope_interleave nor head_dim in the file (DeepseekV3Config
+# defaults rope_interleave to true and sets head_dim = qk_rope_head_dim); YaRN with mscale
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "num_hidden_layers": 61,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+}
+
+# deepseek-ai/DeepSeek-V2-Lite: MLA, complex-number rotation (adjacent pairs), mscale 0.707
+DEEPSEEK_V2_LITE = {
+    "model_type": "deepseek_v2",
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 27,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "rope_scaling": {
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "factor": 40,
+        "mscale": 0.707,
+        "mscale_all_dim": 0.707,
+        "original_max_position_embeddings": 4096,
+        "type": "yarn",
+    },
+}
+
+# Llama 4 (multimodal): the text model under text_config, llama4_text; equal low/high factors in its
+# llama3 rule, and no_rope_layers [] (every 4th layer without rope)
+LLAMA4_SCOUT = {
+    "model_type": "llama4",
+    "text_config": {
+        "model_type": "llama4_text",
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 48,
+        "max_position_embeddings": 10485760,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "factor": 16.0,
+            "high_freq_factor": 1.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+        "no_rope_layers": [],
+        "attention_chunk_size": 8192,
+    },
+    "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408},
+}
+
+# EleutherAI/pythia-1b: GPT-NeoX spellings, a quarter of each 256-wide head rotates
+PYTHIA_1B = {
+    "model_type": "gpt_neox",
+    "hidden_size": 2048,
+    "num_attention_heads": 8,
+    "num_hidden_layers": 16,
+    "max_position_embeddings": 2048,
+    "rotary_emb_base": 10000,
+    "rotary_pct": 0.25,
+}
+
+# EleutherAI/gpt-j-6b: n_embd / n_head, 64 of 256 coordinates rotate, adjacent pairs; base 10000 fixed
+GPTJ_6B = {
+    "model_type": "gptj",
+    "n_embd": 4096,
+    "n_head": 16,
+    "n_layer": 28,
+    "n_positions": 2048,
+    "rotary_dim": 64,
+}
+
+# THUDM/glm-4-9b-chat-hf: adjacent pairs, half of each head (partial_rotary_factor 0.5)
+GLM4_9B = {
+    "model_type": "glm",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "num_hidden_layers": 40,
+    "max_position_embeddings": 131072,
+    "partial_rotary_factor": 0.5,
+    "rope_theta": 10000.0,
+}
+
+# CohereForAI/c4ai-command-r7b-12-2024: adjacent pairs; rope on the sliding-window layers only
+COHERE2_7B = {
+    "model_type": "cohere2",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "max_position_embeddings": 8192,
+    "rope_theta": 50000,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 4,
+}
+
+# HuggingFaceTB/SmolLM3-3B: every 4th layer without rope (no_rope_layers spelled out)
+SMOLLM3_3B = {
+    "model_type": "smollm3",
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 36,
+    "max_position_embeddings": 65536,
+    "rope_theta": 5000000.0,
+    "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(36)],
+}
+
+# google/gemma-3-4b-it's text model (transformers-4 keys): full layers rope_theta with linear 8,
+# sliding layers rope_local_base_freq
+GEMMA3_4B = {
+    "model_type": "gemma3",
+    "text_config": {
+        "model_type": "gemma3_text",
+        "hidden_size": 2560,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "num_hidden_layers": 34,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+        "sliding_window_pattern": 6,
+    },
+    "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152},
+}
+
+# tencent/Hunyuan-7B-Instruct: "dynamic" with alpha, a fixed base change, and keys nothing reads
+HUNYUAN_7B = {
+    "model_type": "hunyuan_v1_dense",
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 32,
+    "max_position_embeddings": 32768,
+    "rope_theta": 10000.0,
+    "rope_scaling": {"alpha": 1000.0, "beta_fast": 32, "beta_slow": 1, "factor": 1.0, "mscale": 1.0,
+                     "mscale_all_dim": 1.0, "type": "dynamic"},
+}

@@ -290,3 +290,384 @@ def test_bad_config_is_refused_by_name(config, kwargs, exc, text):
     with pytest.raises(exc) as info:
         rope_arguments_from_hf_config(config, **kwargs)
     assert text in str(info.value)
+
+
+# --------------------------------------------------------------------------- layout from the config
+
+import warnings  # noqa: E402
+
+import pyrope  # noqa: E402
+from pyrope import config as C  # noqa: E402
+from pyrope.config import layer_ropes, layout_from_hf_config  # noqa: E402
+
+# fingerprints of these configs' ropes as the previous release built them (Rope.from_hf_config with its
+# default layout="split_half"): a config-derived layout and the contract's new keys leave them alone
+OLD_FINGERPRINTS = {
+    "LLAMA2_7B": "8bbe66f42ae387acb614be02b1c7bfd4d52c05d4f3f5020938473f29d1e692af",
+    "LLAMA31_8B": "8f8bc658f902e8e4f4a9aa277e9345be7ce5798a4ef1d7fd9b66670aa6a0e84b",
+    "LLAMA32_1B": "ee311fd4b943c75f699b4b543936b5421dc4c460c56e8b2b597ce7e083df2f16",
+    "QWEN25_7B_YARN": "4ced59d52345e57b86d4fa55a322b4aff2ffdb8ebbd5d7c8a6c861365aab4abd",
+    "GPT_OSS_20B": "f943661235655e52a73fe1aa520f7077305668293976576369f4d26c7ce57684",
+    "PHI3_128K": "1842fce93d47873c740da01fe826818a878671be0276e02d97d710577dea9b6c",
+    "PHI2": "bf420fdfee4cdb59b64e5b187a94988a705fe9fc8ad158d2d5c6af695d8c0de1",
+    "STABLELM2_1_6B": "dced8a55f8c722e353a91749a44ba337d2c170e45dc7979bca537d6f4a4bddae",
+    "LLAMA31_8B_V5": "8f8bc658f902e8e4f4a9aa277e9345be7ce5798a4ef1d7fd9b66670aa6a0e84b",
+    "PHI2_V5": "bf420fdfee4cdb59b64e5b187a94988a705fe9fc8ad158d2d5c6af695d8c0de1",
+    "GPT_OSS_20B_V5": "f943661235655e52a73fe1aa520f7077305668293976576369f4d26c7ce57684",
+    "PROPORTIONAL_V5": "212bdc6d2dde1a57139c9a2568dce59745d3608634fe0c83006369e45dd84bd7",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OLD_FINGERPRINTS))
+def test_fingerprints_of_ropes_built_the_old_way_are_unchanged(name):
+    config = getattr(H, name)
+    new_default = pyrope.Rope.from_hf_config(config)
+    old_default = pyrope.Rope.from_hf_config(config, layout="split_half")
+    assert new_default.layout == "split_half"
+    assert new_default.fingerprint == old_default.fingerprint == OLD_FINGERPRINTS[name]
+    assert new_default.contract()["softmax_scale_factor"] == "0x1.0000000000000p+0"
+
+
+def test_old_fingerprints_of_other_ropes_are_unchanged():
+    llama2_dynamic = copy.deepcopy(H.LLAMA2_7B)
+    llama2_dynamic["rope_scaling"] = {"type": "dynamic", "factor": 2.0}
+    cases = [
+        (pyrope.Rope.from_hf_config(H.LLAMA31_8B, layout="interleaved"),
+         "1bffeccaa67d65f2314828401265b4347579a02e6073f6f40c42455de266706c"),
+        (pyrope.Rope.from_hf_config(llama2_dynamic, seq_len=16384),
+         "63364408df9fd28974518d640e7401a8bcfb9e0adcdcf2606a27121b86d26abf"),
+        (pyrope.Rope.from_hf_config(H.PHI3_128K, seq_len=9000),
+         "1f05187f5f7409694a1a35013034a86f63f4ce09fe68dcb0deb7261fa9bb4edd"),
+        (pyrope.Rope(64, layout="interleaved", base=500000.0, rotary_dim=32,
+                     scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}),
+         "4c63e602180c4b89cee56389362d5b714c20ed97481924548644cffb808ac7e1"),
+    ]
+    for rope, fp in cases:
+        assert rope.fingerprint == fp
+
+
+LAYOUTS = [
+    # (config, layout, source)
+    (H.LLAMA31_8B, "split_half", "model_type"),
+    (H.QWEN25_7B_YARN, "split_half", "default"),
+    (H.DEEPSEEK_V3, "interleaved", "model_type"),  # no rope_interleave in the file: DeepseekV3Config's true
+    ({**H.DEEPSEEK_V3, "rope_interleave": False}, "split_half", "rope_interleave"),
+    ({**H.DEEPSEEK_V3, "rope_interleave": True}, "interleaved", "rope_interleave"),
+    ({**H.LLAMA31_8B, "rope_interleave": True}, "interleaved", "rope_interleave"),  # the key decides first
+    (H.DEEPSEEK_V2_LITE, "interleaved", "model_type"),
+    (H.LLAMA4_SCOUT, "interleaved", "model_type"),
+    (H.LLAMA4_SCOUT["text_config"], "interleaved", "model_type"),  # llama4_text on its own
+    (H.GPTJ_6B, "interleaved", "model_type"),
+    (H.GLM4_9B, "interleaved", "model_type"),
+    (H.COHERE2_7B, "interleaved", "model_type"),
+    (H.PYTHIA_1B, "split_half", "model_type"),
+    (H.GEMMA3_4B, "split_half", "model_type"),
+    ({**H.LLAMA31_8B, "model_type": "glm4_moe"}, "split_half", "model_type"),  # not GLM's pairs
+    ({**H.LLAMA31_8B, "model_type": "glm4v_moe_text"}, "split_half", "model_type"),
+    ({**H.LLAMA31_8B, "model_type": "qwen2_vl_text"}, "split_half", "model_type"),
+    ({**H.LLAMA31_8B, "model_type": "qwen3_vl_text"}, "split_half", "model_type"),
+    ({"model_type": "aya_vision", "text_config": {k: v for k, v in H.COHERE2_7B.items() if k != "model_type"}},
+     "interleaved", "model_type"),  # text_config without model_type: AyaVisionConfig builds cohere2
+    ({"model_type": "kimi_k25", "text_config": {k: v for k, v in H.DEEPSEEK_V3.items() if k != "model_type"}},
+     "interleaved", "model_type"),
+    ({**H.LLAMA31_8B, "model_type": "some_new_model"}, "split_half", "default"),
+    ({k: v for k, v in H.LLAMA31_8B.items() if k != "model_type"}, "split_half", "default"),
+]
+
+
+@pytest.mark.parametrize("config, layout, source", LAYOUTS, ids=[f"layout{i}" for i in range(len(LAYOUTS))])
+def test_layout_comes_from_the_config(config, layout, source):
+    assert layout_from_hf_config(config) == (layout, source)
+    per_type = {"layer_type": "full_attention"} if config.get("model_type") == "gemma3" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rope = pyrope.Rope.from_hf_config(config, **per_type)
+    assert (rope.layout, rope.layout_source) == (layout, source)
+    assert rope.contract()["layout_source"] == source
+
+
+def test_explicit_layout_wins_over_the_family_but_not_over_rope_interleave():
+    rope = pyrope.Rope.from_hf_config(H.DEEPSEEK_V3, layout="split_half")  # weights converted to split-half
+    assert (rope.layout, rope.layout_source) == ("split_half", "argument")
+    rope = pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "rope_interleave": True}, layout="interleaved")
+    assert (rope.layout, rope.layout_source) == ("interleaved", "argument")
+    with pytest.raises(ValueError, match="rope_interleave"):
+        pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "rope_interleave": True}, layout="split_half")
+    with pytest.raises(ValueError, match="rope_interleave"):
+        pyrope.Rope.from_hf_config({**H.LLAMA31_8B, "rope_interleave": False}, layout="interleaved")
+    with pytest.raises(ValueError, match="rope_interleave"):
+        layout_from_hf_config({**H.LLAMA31_8B, "rope_interleave": "yes"})
+    with pytest.raises(ValueError, match="layout"):
+        pyrope.Rope.from_hf_config(H.LLAMA31_8B, layout="diagonal")
+
+
+def test_layout_source_stays_out_of_the_fingerprint():
+    by_table = pyrope.Rope.from_hf_config(H.DEEPSEEK_V3)
+    by_flag = pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "rope_interleave": True})
+    by_argument = pyrope.Rope.from_hf_config(H.DEEPSEEK_V3, layout="interleaved")
+    assert {by_table.layout_source, by_flag.layout_source, by_argument.layout_source} == \
+        {"model_type", "rope_interleave", "argument"}
+    assert by_table.fingerprint == by_flag.fingerprint == by_argument.fingerprint
+    assert "layout_source" not in pyrope.contract.canonical_json(by_table.contract())
+
+
+# --------------------------------------------------------------------------- the keys real configs use
+
+
+def test_gpt_neox_spellings():
+    args = rope_arguments_from_hf_config(H.PYTHIA_1B)
+    assert (args["head_dim"], args["rotary_dim"], args["base"]) == (256, 64, 10000.0)
+    bare = {k: v for k, v in H.PYTHIA_1B.items() if k not in ("rotary_pct", "rotary_emb_base")}
+    assert rope_arguments_from_hf_config(bare)["rotary_dim"] == 64  # rotary_pct 0.25 when absent
+    assert rope_arguments_from_hf_config({**bare, "rotary_emb_base": 500000})["base"] == 500000.0
+    with pytest.raises(ValueError, match="rotary_emb_base"):
+        rope_arguments_from_hf_config({**H.PYTHIA_1B, "rope_theta": 500000.0})
+    # another family's missing rotary_pct is 1
+    assert rope_arguments_from_hf_config({**bare, "model_type": "gpt_neox_japanese"})["rotary_dim"] == 256
+
+
+def test_gptj_spellings(ref):
+    args, r = resolved(H.GPTJ_6B)
+    assert (args["head_dim"], args["rotary_dim"], args["base"]) == (256, 64, 10000.0)
+    check(r, ref.default(64, 10000.0))
+    bare = {k: v for k, v in H.GPTJ_6B.items() if k != "rotary_dim"}
+    assert rope_arguments_from_hf_config(bare)["rotary_dim"] == 64  # GPTJConfig's default
+    assert rope_arguments_from_hf_config({**bare, "model_type": "codegen", "rotary_dim": 32})["rotary_dim"] == 32
+    for bad in (None, 63, 512, 64.0):
+        with pytest.raises(ValueError, match="rotary_dim"):
+            rope_arguments_from_hf_config({**H.GPTJ_6B, "rotary_dim": bad})
+    with pytest.raises(ValueError, match="n_embd"):
+        rope_arguments_from_hf_config({**H.GPTJ_6B, "hidden_size": 2048})
+
+
+def test_glm_partial_rotary_factor_defaults_to_half():
+    bare = {k: v for k, v in H.GLM4_9B.items() if k != "partial_rotary_factor"}
+    assert rope_arguments_from_hf_config(bare)["rotary_dim"] == 64
+    for model_type in ("glm4", "glm4_moe"):
+        assert rope_arguments_from_hf_config({**bare, "model_type": model_type})["rotary_dim"] == 64
+    assert rope_arguments_from_hf_config({**bare, "model_type": "llama"})["rotary_dim"] == 128
+    assert rope_arguments_from_hf_config({**bare, "partial_rotary_factor": 1.0})["rotary_dim"] == 128
+
+
+def test_family_default_base():
+    bare = {k: v for k, v in H.COHERE2_7B.items() if k != "rope_theta"}
+    assert rope_arguments_from_hf_config(bare)["base"] == 10000.0
+    assert rope_arguments_from_hf_config({**bare, "model_type": "cohere"})["base"] == 500000.0
+    assert rope_arguments_from_hf_config({**bare, "model_type": "gpt_oss"})["base"] == 150000.0
+    assert rope_arguments_from_hf_config({**bare, "model_type": "smollm3"})["base"] == 2000000.0
+    assert rope_arguments_from_hf_config(bare, default_base=1e6)["base"] == 1e6
+
+
+def test_deepseek_v3_is_the_rope_of_the_rope_slice(ref):
+    rope = pyrope.Rope.from_hf_config(H.DEEPSEEK_V3)
+    assert (rope.head_dim, rope.rotary_dim, rope.layout) == (64, 64, "interleaved")
+    check(resolved(H.DEEPSEEK_V3)[1], ref.yarn(64, 10000.0, 40.0, 4096, mscale=1.0, mscale_all_dim=1.0))
+    assert rope.attention_factor == 1.0
+    m = 0.1 * math.log(40) + 1
+    assert rope.softmax_scale_factor == pytest.approx(m * m, rel=1e-15)
+    assert float.fromhex(rope.contract()["softmax_scale_factor"]) == rope.softmax_scale_factor
+    # a head_dim key (vLLM-era configs wrote kv_lora_rank + qk_rope_head_dim) does not change the slice
+    assert pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "head_dim": 576}).fingerprint == rope.fingerprint
+
+
+def test_deepseek_v2_lite_softmax_factor():
+    rope = pyrope.Rope.from_hf_config(H.DEEPSEEK_V2_LITE)
+    m = 0.1 * 0.707 * math.log(40) + 1
+    assert rope.softmax_scale_factor == pytest.approx(m * m, rel=1e-15)
+    assert rope.attention_factor == pytest.approx(1.0, abs=1e-15)
+
+
+def test_softmax_factor_is_one_elsewhere():
+    plain = copy.deepcopy(H.DEEPSEEK_V3)
+    plain["rope_scaling"] = None
+    assert pyrope.Rope.from_hf_config(plain).softmax_scale_factor == 1.0  # default rope: no mscale
+    no_all_dim = copy.deepcopy(H.DEEPSEEK_V3)
+    no_all_dim["rope_scaling"].pop("mscale_all_dim")
+    assert pyrope.Rope.from_hf_config(no_all_dim).softmax_scale_factor == 1.0
+    # the same YaRN block on a family whose attention does not scale its softmax
+    other = {**H.DEEPSEEK_V3, "model_type": "llama", "head_dim": 64}
+    other.pop("qk_rope_head_dim")
+    assert pyrope.Rope.from_hf_config(other).softmax_scale_factor == 1.0
+    for config in (H.LLAMA31_8B, H.QWEN25_7B_YARN, H.GPT_OSS_20B, H.PHI3_128K):
+        assert pyrope.Rope.from_hf_config(config).softmax_scale_factor == 1.0
+
+
+def test_softmax_factor_is_in_the_fingerprint_when_not_one():
+    rope = pyrope.Rope.from_hf_config(H.DEEPSEEK_V3)
+    contract = rope.contract()
+    assert '"softmax_scale_factor"' in pyrope.contract.canonical_json(contract)
+    without = {**contract, "softmax_scale_factor": (1.0).hex()}
+    assert pyrope.contract.fingerprint(without) != rope.fingerprint
+    back = pyrope.Rope.from_contract(json.loads(json.dumps(contract)))
+    assert (back.softmax_scale_factor, back.layout_source) == (rope.softmax_scale_factor, "model_type")
+    assert back.fingerprint == rope.fingerprint and back.contract() == contract
+
+
+def test_mla_partial_rotary_factor_may_only_name_the_slice():
+    mistral4_style = {**H.DEEPSEEK_V3, "qk_nope_head_dim": 64, "partial_rotary_factor": 0.5}
+    assert rope_arguments_from_hf_config(mistral4_style)["rotary_dim"] == 64
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        rope_arguments_from_hf_config({**H.DEEPSEEK_V3, "partial_rotary_factor": 0.5})
+    with pytest.raises(ValueError, match="qk_rope_head_dim"):
+        rope_arguments_from_hf_config({**H.DEEPSEEK_V3, "qk_rope_head_dim": 63})
+
+
+def test_llama4_equal_factors_warn_and_give_finite_frequencies(ref):
+    text = H.LLAMA4_SCOUT["text_config"]
+    with pytest.warns(UserWarning, match="high_freq_factor"):
+        rope = pyrope.Rope.from_hf_config(H.LLAMA4_SCOUT)
+    assert np.isfinite(rope.inv_freq).all()
+    theta = np.array(ref.default(128, 500000.0)[0])
+    wavelength = 2 * np.pi / theta
+    expected = np.where(wavelength > 8192, theta / 16, theta)  # no band in between
+    np.testing.assert_allclose(rope.inv_freq, expected, rtol=1e-15)
+    assert 0 < np.count_nonzero(wavelength > 8192) < 64  # both sides present
+    assert text["rope_scaling"]["low_freq_factor"] == text["rope_scaling"]["high_freq_factor"]
+
+
+def test_dynamic_ntk_with_alpha(ref):
+    args, r = resolved(H.HUNYUAN_7B)
+    scaled = 10000.0 * 1000.0 ** (128 / 126)
+    check(r, ref.default(128, scaled))
+    assert r.params == {"base": 10000.0, "alpha": 1000.0, "scaled_base": scaled}
+    assert r.attention_factor == 1.0
+    # fixed: the length does not move it, and no window is needed
+    assert resolved(H.HUNYUAN_7B, seq_len=100000)[1] == r
+    no_window = {k: v for k, v in H.HUNYUAN_7B.items() if k != "max_position_embeddings"}
+    assert resolved(no_window)[1] == r
+    # the keys HunYuan carries are accepted only beside alpha; an unknown key still raises
+    without_alpha = copy.deepcopy(H.HUNYUAN_7B)
+    del without_alpha["rope_scaling"]["alpha"]
+    with pytest.raises(ValueError, match="beta_fast"):
+        rope_arguments_from_hf_config(without_alpha)
+    unknown = copy.deepcopy(H.HUNYUAN_7B)
+    unknown["rope_scaling"]["gamma"] = 2.0
+    with pytest.raises(ValueError, match="gamma"):
+        rope_arguments_from_hf_config(unknown)
+    with pytest.raises(ValueError, match="alpha"):
+        rope_arguments_from_hf_config({**H.HUNYUAN_7B, "rope_scaling": {"type": "dynamic", "alpha": -1.0}})
+
+
+def test_unknown_key_still_raises():
+    for config in (H.DEEPSEEK_V3, H.LLAMA4_SCOUT["text_config"], H.GEMMA3_4B["text_config"]):
+        bad = copy.deepcopy(config)
+        bad["rope_scaling"]["surprise"] = 1
+        with pytest.raises(ValueError, match="surprise"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                rope_arguments_from_hf_config(bad, layer_type="full_attention" if "rope_local_base_freq" in bad
+                                              else None)
+
+
+def test_gemma3_transformers4_keys(ref):
+    full = pyrope.Rope.from_hf_config(H.GEMMA3_4B, layer_type="full_attention")
+    sliding = pyrope.Rope.from_hf_config(H.GEMMA3_4B, layer_type="sliding_attention")
+    check(resolved(H.GEMMA3_4B, layer_type="full_attention")[1], ref.linear(256, 1e6, 8.0))
+    check(resolved(H.GEMMA3_4B, layer_type="sliding_attention")[1], ref.default(256, 10000.0))
+    assert full.layout == sliding.layout == "split_half"
+    with pytest.raises(ValueError, match="layer_type"):
+        pyrope.Rope.from_hf_config(H.GEMMA3_4B)
+
+
+def test_refused_families():
+    with pytest.raises(ValueError, match="deepseek_v4"):
+        pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "model_type": "deepseek_v4"})
+    with pytest.raises(ValueError, match="no rotary embedding"):
+        pyrope.Rope.from_hf_config({**H.DEEPSEEK_V3, "model_type": "kimi_linear"})
+    assert layer_ropes({**H.DEEPSEEK_V3, "model_type": "kimi_linear"}) == [None] * 61
+
+
+# --------------------------------------------------------------------------- per-layer ropes
+
+
+def test_llama4_layers():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ropes = layer_ropes(H.LLAMA4_SCOUT)
+        explicit = layer_ropes({**H.LLAMA4_SCOUT["text_config"], "num_hidden_layers": 4,
+                                "no_rope_layers": [1, 0, 0, 1]})
+    assert len(ropes) == 48
+    assert [r is None for r in ropes] == [(i + 1) % 4 == 0 for i in range(48)]  # [] = every 4th NoPE
+    with_rope = [r for r in ropes if r is not None]
+    assert all(r is with_rope[0] for r in with_rope)  # one shared Rope
+    assert with_rope[0].layout == "interleaved"
+    assert [r is None for r in explicit] == [False, True, True, False]  # 1 = rope, 0 = NoPE
+
+
+def test_smollm3_layers():
+    ropes = layer_ropes(H.SMOLLM3_3B)
+    assert [r is None for r in ropes] == [(i + 1) % 4 == 0 for i in range(36)]
+    bare = {k: v for k, v in H.SMOLLM3_3B.items() if k != "no_rope_layers"}
+    assert [r is None for r in layer_ropes(bare)] == [(i + 1) % 4 == 0 for i in range(36)]
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        layer_ropes({**H.SMOLLM3_3B, "no_rope_layers": []})  # transformers cannot index it
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        layer_ropes({**H.SMOLLM3_3B, "no_rope_layers": [1] * 35})
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        layer_ropes({**H.SMOLLM3_3B, "no_rope_layers": [2] * 36})
+
+
+def test_cohere2_layers():
+    ropes = layer_ropes(H.COHERE2_7B)
+    assert [r is None for r in ropes] == [(i + 1) % 4 == 0 for i in range(32)]  # full attention: no rope
+    assert all(r.layout == "interleaved" for r in ropes if r is not None)
+    assert layer_ropes({**H.COHERE2_7B, "sliding_window": None}) == [None] * 32
+
+
+def test_gemma3_layers(ref):
+    ropes = layer_ropes(H.GEMMA3_4B)
+    assert len(ropes) == 34
+    full = [i for i in range(34) if (i + 1) % 6 == 0]
+    full_rope = pyrope.Rope.from_hf_config(H.GEMMA3_4B, layer_type="full_attention")
+    sliding_rope = pyrope.Rope.from_hf_config(H.GEMMA3_4B, layer_type="sliding_attention")
+    for i, rope in enumerate(ropes):
+        assert rope.fingerprint == (full_rope if i in full else sliding_rope).fingerprint
+    assert ropes[0] is ropes[1] and ropes[5] is ropes[11]
+
+
+def test_gemma4_layers():
+    text = {"model_type": "gemma4_text", "hidden_size": 2560, "num_attention_heads": 8, "head_dim": 256,
+            "global_head_dim": 512, "num_hidden_layers": 6}
+    ropes = layer_ropes(text)
+    assert [r.head_dim for r in ropes] == [256] * 5 + [512]
+    assert ropes[5].contract()["rule"] == "proportional" and ropes[5].rotary_dim == 512
+    assert np.count_nonzero(ropes[5].inv_freq) == 64  # a quarter of 512 rotates
+    with pytest.warns(UserWarning, match="full attention"):
+        forced = layer_ropes({**text, "layer_types": ["sliding_attention"] * 6})
+    assert forced[5].head_dim == 512
+    # one layer type at a time: the same ropes
+    assert rope_arguments_from_hf_config(text, layer_type="full_attention")["head_dim"] == 512
+    assert pyrope.Rope.from_hf_config(text, layer_type="full_attention").fingerprint == ropes[5].fingerprint
+    assert pyrope.Rope.from_hf_config(text, layer_type="sliding_attention").fingerprint == ropes[0].fingerprint
+
+
+def test_gpt_oss_layers_share_one_rope():
+    ropes = layer_ropes({**H.GPT_OSS_20B, "num_hidden_layers": 4,
+                         "layer_types": ["sliding_attention", "full_attention"] * 2})
+    assert all(r is ropes[0] for r in ropes)
+    assert ropes[0].fingerprint == pyrope.Rope.from_hf_config(H.GPT_OSS_20B).fingerprint
+
+
+def test_null_rope_parameters_entry_is_a_layer_without_rope():
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 4,
+              "layer_types": ["sliding_attention", "full_attention"] * 2,
+              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                  "full_attention": None}}
+    ropes = layer_ropes(config)
+    assert [r is None for r in ropes] == [False, True, False, True]
+    with pytest.raises(ValueError, match="no rotary embedding"):
+        pyrope.Rope.from_hf_config(config, layer_type="full_attention")
+    with pytest.raises(ValueError, match="chunked_attention"):
+        layer_ropes({**config, "layer_types": ["chunked_attention"] * 4})
+    with pytest.raises(ValueError, match="layer_types"):
+        layer_ropes({**config, "layer_types": ["sliding_attention"] * 3})
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        layer_ropes({k: v for k, v in H.LLAMA31_8B.items()})
+
+
+def test_layer_ropes_takes_layout_and_seq_len():
+    ropes = layer_ropes({**H.PHI3_128K, "num_hidden_layers": 2}, layout="interleaved", seq_len=9000)
+    expected = pyrope.Rope.from_hf_config(H.PHI3_128K, layout="interleaved", seq_len=9000)
+    assert [r.fingerprint for r in ropes] == [expected.fingerprint] * 2
+    with pytest.raises(ValueError, match="rope_interleave"):
+        layer_ropes({**H.DEEPSEEK_V3, "rope_interleave": True}, layout="split_half")

@@ -393,7 +393,7 @@ BAD = [
     ({**GOOD_YARN, "partial_rotary_factor": 0.5}, {}, ValueError, "partial_rotary_factor"),
     ({**GOOD_YARN, "mrope_section": [16, 24, 24]}, {}, ValueError, "mrope_section"),
     ({k: v for k, v in GOOD_LLAMA3.items() if k != "high_freq_factor"}, {}, ValueError, "high_freq_factor"),
-    ({**GOOD_LLAMA3, "high_freq_factor": 1.0}, {}, ValueError, "high_freq_factor"),
+    ({**GOOD_LLAMA3, "high_freq_factor": 0.5}, {}, ValueError, "high_freq_factor"),  # below low; equal warns
     ({**GOOD_LLAMA3, "original_max_position_embeddings": 8192.0}, {}, TypeError,
      "original_max_position_embeddings"),
     ({**GOOD_LONGROPE, "short_factor": [1.0] * 31}, {}, ValueError, "short_factor"),

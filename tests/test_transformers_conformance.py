@@ -20,6 +20,11 @@ rotated width.  ``pyrope.Rope.from_hf_config`` must agree:
 * attention factor: within 1e-6 (transformers computes it in float64).
 * head_dim and rotary_dim equal.
 
+Other families' keys (DeepSeek's ``qk_rope_head_dim`` slice and YaRN mscale,
+HunYuan's alpha, GPT-NeoX's ``rotary_pct``/``rotary_emb_base``, GLM's
+partial rotation) are read from their real configs here too; the layout and
+the rotation itself, family by family, are in ``test_family_conformance.py``.
+
 transformers (version pinned in pyproject's ``conformance`` extra, installed
 by ``make test``) reads both config styles: ``rope_scaling`` (4.x) and
 ``rope_parameters`` (5.x).  It does not read Phi-3's early ``"su"`` spelling
@@ -74,6 +79,15 @@ CASES = [
     ("llama2-dynamic", LLAMA2_DYNAMIC, LLAMA2_DYNAMIC, None),
     ("llama2-dynamic-4096", LLAMA2_DYNAMIC, LLAMA2_DYNAMIC, 4096),
     ("llama2-dynamic-16384", LLAMA2_DYNAMIC, LLAMA2_DYNAMIC, 16384),
+    # the keys other families' config.json files use (tests/test_family_conformance.py rotates with them)
+    ("deepseek-v3", H.DEEPSEEK_V3, H.DEEPSEEK_V3, None),
+    ("deepseek-v2-lite", H.DEEPSEEK_V2_LITE, H.DEEPSEEK_V2_LITE, None),
+    ("hunyuan-7b-alpha", H.HUNYUAN_7B, H.HUNYUAN_7B, None),
+    ("hunyuan-7b-alpha-65536", H.HUNYUAN_7B, H.HUNYUAN_7B, 65536),
+    ("pythia-1b", H.PYTHIA_1B, H.PYTHIA_1B, None),
+    ("glm-4-9b", H.GLM4_9B, H.GLM4_9B, None),
+    ("command-r7b", H.COHERE2_7B, H.COHERE2_7B, None),
+    ("smollm3-3b", H.SMOLLM3_3B, H.SMOLLM3_3B, None),
 ]
 
 
@@ -122,7 +136,10 @@ def transformers_rope(hf, raw, seq_len):
     # partial-rotary models slice q/k at rotary_ndims: it must be the width cos/sin cover
     assert getattr(attention, "rotary_ndims", rotary_dim) == rotary_dim
     base = float(config.rope_parameters["rope_theta"])
-    return inv_freq, float(rotary.attention_scaling), int(attention.head_dim), rotary_dim, base
+    # MLA attention rotates its qk_rope_head_dim slice; GPT-NeoX names the head head_size
+    head_dim = getattr(attention, "qk_rope_head_dim", None) or getattr(attention, "head_dim", None) \
+        or attention.head_size
+    return inv_freq, float(rotary.attention_scaling), int(head_dim), rotary_dim, base
 
 
 def _bound(base, n_pairs, denominator):
