@@ -9,7 +9,9 @@ height, width; ``k`` = 3 or 4) and every rotation pair one of them:
 - interleaved (Qwen3-VL, ``mrope_interleaved=True``): pair ``j`` takes
   component ``c >= 1`` when ``j % k == c`` and ``j < k * mrope_section[c]``,
   and component 0 otherwise (transformers' ``apply_interleaved_mrope``, which
-  is written for k = 3; the same rule with stride k serves k = 4).
+  is written for k = 3; the same rule with stride k serves k = 4). Like
+  transformers, any counts are accepted: the rule decides (Qwen3-VL's
+  ``[24, 20, 20]`` over 64 pairs gives exactly those counts).
 
 The counts are rotation pairs (``rotary_dim / 2`` in all), in either pair
 layout: the pair, not the coordinate, carries the component.
@@ -28,7 +30,8 @@ def pair_components(mrope_section, mrope_interleaved, n_pairs):
     """``(section tuple, uint8 [n_pairs] component of each pair)``, checked.
 
     Raises ``TypeError``/``ValueError`` naming ``mrope_section`` for anything
-    that is not 3 or 4 non-negative integers assigning every pair exactly once."""
+    that is not 3 or 4 non-negative integers, or (in order) whose sum is not
+    the number of pairs."""
     if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__"):
         raise TypeError(f"mrope_section must be a sequence of {N_COMPONENTS[0]} or {N_COMPONENTS[1]} integers "
                         f"(pairs per position component), got {mrope_section!r}")
@@ -40,19 +43,16 @@ def pair_components(mrope_section, mrope_interleaved, n_pairs):
                          f"{list(section)}")
     if any(n < 0 for n in section):
         raise ValueError(f"mrope_section entries must be >= 0, got {list(section)}")
-    if sum(section) != n_pairs:
-        raise ValueError(f"mrope_section must count every rotation pair once: sum {sum(section)} != "
-                         f"rotary_dim/2 = {n_pairs}, got {list(section)}")
     if interleaved:
+        # transformers' rule, for any counts (it checks none): component c >= 1
+        # takes pairs c, c+k, ... below k * section[c]; component 0 the rest
         comp = np.zeros(n_pairs, dtype=np.uint8)
         for c in range(1, k):
             comp[c:k * section[c]:k] = c
-        got = np.bincount(comp, minlength=k)
-        if tuple(int(n) for n in got) != section:
-            raise ValueError(f"mrope_section {list(section)} cannot be interleaved over {n_pairs} pairs "
-                             f"(component c >= 1 takes every {k}th pair from pair c on; that gives "
-                             f"{[int(n) for n in got]})")
     else:
+        if sum(section) != n_pairs:
+            raise ValueError(f"mrope_section must count every rotation pair once: sum {sum(section)} != "
+                             f"rotary_dim/2 = {n_pairs}, got {list(section)}")
         comp = np.repeat(np.arange(k, dtype=np.uint8), section)
     comp.flags.writeable = False
     return section, comp

@@ -121,7 +121,9 @@ LAYOUT_FAMILIES = {
     "minicpm3": "split_half",
     "hy_v4": "split_half",
     "qwen2_vl_text": "split_half",
+    "qwen2_5_vl_text": "split_half",
     "qwen3_vl_text": "split_half",
+    "qwen3_vl_moe_text": "split_half",
     "gemma3_text": "split_half",
     "gemma4_text": "split_half",
     "gpt_neox": "split_half",
@@ -144,9 +146,23 @@ _TEXT_MODEL_TYPE = {
     "aya_vision": "cohere2",
     "kimi_k25": "deepseek_v3",
     "qwen2_vl": "qwen2_vl_text",
+    "qwen2_5_vl": "qwen2_5_vl_text",
     "qwen3_vl": "qwen3_vl_text",
+    "qwen3_vl_moe": "qwen3_vl_moe_text",
     "gemma3": "gemma3_text",
     "gemma4": "gemma4_text",
+}
+
+# Multimodal RoPE sections (mrope_section), by text family: the sections its
+# transformers rotary module uses when the config names none, and whether it
+# assigns them round-robin over the pairs. Checked in each modeling file's
+# recomposition_frequencies: Qwen2/2.5-VL split the frequencies in order,
+# Qwen3-VL (and its MoE) interleave them and read no flag for it.
+MROPE_FAMILIES = {
+    "qwen2_vl_text": ((16, 24, 24), False),
+    "qwen2_5_vl_text": ((16, 24, 24), False),
+    "qwen3_vl_text": ((24, 20, 20), True),
+    "qwen3_vl_moe_text": ((24, 20, 20), True),
 }
 
 # Families whose attention multiplies its softmax scale 1/sqrt(qk_head_dim) by
@@ -443,6 +459,7 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
                                 or not 0 < partial <= 1):
         raise ValueError(f"config: 'partial_rotary_factor' must be in (0, 1], got {partial!r}")
 
+    sections = _mrope(rope, where, family)
     name = _rule_name(rope, cfg)
     if seq_len is not None:
         seq_len = _positive_int("seq_len", seq_len, "config")
@@ -476,6 +493,8 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
         scaling = None
     args = {"head_dim": head_dim, "rotary_dim": rotary_dim, "base": base, "scaling": scaling}
     resolved = resolve(**args)  # refuse now what Rope would refuse later (e.g. a factor list of the wrong length)
+    if sections is not None:
+        args["mrope_section"], args["mrope_interleaved"] = sections
 
     softmax = 1.0
     mscale_all_dim = rope.get("mscale_all_dim")
@@ -611,6 +630,37 @@ def _rope_dict(cfg, layer_type):
     if new:
         return dict(new), "rope_parameters"
     return dict(old or {}), "rope_scaling"
+
+
+def _mrope(rope, where, family):
+    """``(mrope_section, mrope_interleaved)`` of a multimodal text config, or None;
+    removes the keys (and the legacy ``"type": "mrope"``, plain RoPE with sections)
+    from ``rope``. A family of MROPE_FAMILIES takes its transformers default when
+    the config names no sections, and its own pairing whatever flag it carries
+    (as transformers); sections of a family whose transformers code is not
+    checked here are refused rather than guessed."""
+    section = rope.pop("mrope_section", None)
+    flag = rope.pop("mrope_interleaved", None)
+    legacy = rope.get("type") == "mrope" or rope.get("rope_type") == "mrope"
+    if legacy:  # transformers reads it as the default rule with sections
+        rope.pop("type", None)
+        rope.pop("rope_type", None)
+    if flag is not None and not isinstance(flag, bool):
+        raise ValueError(f"config: '{where}.mrope_interleaved' must be true or false, got {flag!r}")
+    if family in MROPE_FAMILIES:
+        default, interleaved = MROPE_FAMILIES[family]
+        return (default if section is None else section), interleaved
+    if section is None and not legacy:
+        if flag:
+            raise ValueError(f"config: '{where}.mrope_interleaved' without 'mrope_section'")
+        return None
+    if family is not None:
+        raise ValueError(f"config: multimodal sections ('{where}.mrope_section') of model_type {family!r} "
+                         f"are not read: its transformers code is not one pyrope checked "
+                         f"({', '.join(sorted(MROPE_FAMILIES))} are)")
+    if section is None:
+        raise ValueError(f"config: '{where}' names the 'mrope' rule but no 'mrope_section'")
+    return section, bool(flag)
 
 
 def _is_nested(params):

@@ -196,6 +196,14 @@ FAMILIES = [
                                                "mrope_interleaved": True}),
            "qwen3_vl", "Qwen3VLTextRotaryEmbedding", "apply_rotary_pos_emb", "Qwen3VLTextAttention",
            positions="3d", layout="split_half"),
+    Family("qwen2_5_vl_text", _cfg("qwen2_5_vl_text", rope_theta=1000000.0,
+                                   rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+           "qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", "apply_rotary_pos_emb", "Qwen2_5_VLAttention",
+           positions="3d", layout="split_half"),
+    Family("qwen3_vl_moe_text", _cfg("qwen3_vl_moe_text", head_dim=16, rope_theta=500000.0, num_experts=4,
+                                     rope_scaling={"rope_type": "default", "mrope_section": [3, 3, 2]}),
+           "qwen3_vl_moe", "Qwen3VLMoeTextRotaryEmbedding", "apply_rotary_pos_emb", "Qwen3VLMoeTextAttention",
+           positions="3d", layout="split_half"),
     Family("gemma3_text", _cfg("gemma3_text", head_dim=16, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                                rope_scaling={"rope_type": "linear", "factor": 8.0}, num_hidden_layers=6),
            "gemma3", "Gemma3RotaryEmbedding", "apply_rotary_pos_emb", "Gemma3Attention", layer_type="full_attention",
@@ -203,6 +211,14 @@ FAMILIES = [
     Family("gemma4_text", _cfg("gemma4_text", head_dim=16, global_head_dim=32, num_hidden_layers=6),
            "gemma4", "Gemma4TextRotaryEmbedding", "apply_rotary_pos_emb", "Gemma4TextAttention", kind="single",
            layer_type="sliding_attention", layout="split_half"),
+    Family("qwen2_5_vl_text", _cfg("qwen2_5_vl_text", rope_theta=1000000.0,
+                                   rope_scaling={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+           "qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", "apply_rotary_pos_emb", "Qwen2_5_VLAttention",
+           positions="3d", layout="split_half"),
+    Family("qwen3_vl_moe_text", _cfg("qwen3_vl_moe_text", head_dim=16, rope_theta=500000.0, num_experts=4,
+                                     rope_scaling={"rope_type": "default", "mrope_section": [3, 3, 2]}),
+           "qwen3_vl_moe", "Qwen3VLMoeTextRotaryEmbedding", "apply_rotary_pos_emb", "Qwen3VLMoeTextAttention",
+           positions="3d", layout="split_half"),
     Family("gemma3_text", _cfg("gemma3_text", head_dim=16, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                                rope_scaling={"rope_type": "linear", "factor": 8.0}, num_hidden_layers=6),
            "gemma3", "Gemma3RotaryEmbedding", "apply_rotary_pos_emb", "Gemma3Attention",
@@ -233,7 +249,8 @@ FAMILIES = [
 PARENTS = {"llama4": "llama4_text", "glm4v": "glm4v_text", "glm46v": "glm4v_text", "glm_ocr": "glm_ocr_text",
            "glm4v_moe": "glm4v_moe_text", "ernie4_5_vl_moe": "ernie4_5_vl_moe_text", "cohere2_vision": "cohere2",
            "aya_vision": "cohere2", "kimi_k25": "deepseek_v3", "qwen2_vl": "qwen2_vl_text",
-           "qwen3_vl": "qwen3_vl_text", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
+           "qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text", "qwen3_vl_moe": "qwen3_vl_moe_text",
+           "gemma3": "gemma3_text", "gemma4": "gemma4_text",
            "hy_v4_vl": "hy_v4_vl_text"}
 
 BY_TYPE = {}  # the first case of each model type
@@ -318,8 +335,12 @@ def deinterleave(y):
 
 
 def pyrope_config(family):
-    """The config pyrope reads: the family's, without the multimodal section keys (read elsewhere)."""
+    """The config pyrope reads: the family's; the multimodal section keys only for the families
+    pyrope reads them for (pyrope.config.MROPE_FAMILIES, checked in tests/test_sections.py;
+    the rotation here uses one position on every component, so sections change nothing)."""
     raw = copy.deepcopy(family.config)
+    if family.model_type in pyrope.config.MROPE_FAMILIES:
+        return raw
     for key in ("rope_scaling", "rope_parameters"):
         if isinstance(raw.get(key), dict):
             for drop in ("mrope_section", "mrope_interleaved"):

@@ -11,7 +11,8 @@ from pyrope import Rope, RopeError, reference
 from tolerance import assert_rotation_close
 
 LAYOUTS = ["interleaved", "split_half"]
-SECTIONS = [((2, 3, 3), False), ((3, 3, 2), True), ((1, 2, 2, 3), False), ((2, 2, 2, 2), True)]
+SECTIONS = [((2, 3, 3), False), ((3, 3, 2), True), ((1, 2, 2, 3), False), ((2, 2, 2, 2), True),
+            ((2, 3, 3), True)]    # interleaved counts that transformers' rule cannot honour: its map rules
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
 
 
@@ -140,7 +141,6 @@ BAD = [
     (dict(mrope_section=[2, 3, 3.0]), TypeError, r"mrope_section\[2\] must be an integer"),
     (dict(mrope_section=[2, True, 5]), TypeError, r"mrope_section\[1\]"),
     (dict(mrope_section="233"), TypeError, "sequence"),
-    (dict(mrope_section=[0, 0, 8], mrope_interleaved=True), ValueError, "cannot be interleaved"),
     (dict(mrope_interleaved=True), ValueError, "needs mrope_section"),
     (dict(mrope_section=[2, 3, 3], mrope_interleaved="yes"), TypeError, "mrope_interleaved must be True or False"),
 ]
@@ -252,3 +252,54 @@ def test_vision_tower_axial_rope_recipes(tower, rng):
     assert np.max(np.abs(got - want)) < 1e-5
     swapped = rope.apply(x, positions[[1, 0, 2]])
     assert np.max(np.abs(swapped - want)) > 1e-2                                # rows and columns matter
+
+
+# ---- model configs: the sections transformers' rotary module would use ----------------
+
+CONFIGS = [
+    # (name, transformers modeling module, text config class, rotary class, pyrope config dict)
+    ("qwen2_vl v4 legacy 'mrope'", "qwen2_vl", "Qwen2VLTextConfig", "Qwen2VLRotaryEmbedding",
+     {"model_type": "qwen2_vl", "hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1,
+      "rope_theta": 1e6, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}}),
+    ("qwen2_5_vl default sections", "qwen2_5_vl", "Qwen2_5_VLTextConfig", "Qwen2_5_VLRotaryEmbedding",
+     {"model_type": "qwen2_5_vl", "text_config": {"hidden_size": 256, "num_attention_heads": 2,
+      "num_key_value_heads": 1, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}}),
+    ("qwen3_vl default sections", "qwen3_vl", "Qwen3VLTextConfig", "Qwen3VLTextRotaryEmbedding",
+     {"model_type": "qwen3_vl", "text_config": {"hidden_size": 256, "num_attention_heads": 2,
+      "num_key_value_heads": 1, "head_dim": 128, "rope_parameters": {"rope_type": "default", "rope_theta": 5e6}}}),
+    ("qwen3_vl_moe, flag ignored as transformers does", "qwen3_vl_moe", "Qwen3VLMoeTextConfig",
+     "Qwen3VLMoeTextRotaryEmbedding",
+     {"model_type": "qwen3_vl_moe", "text_config": {"hidden_size": 256, "num_attention_heads": 2,
+      "num_key_value_heads": 1, "head_dim": 128, "rope_parameters": {
+          "rope_type": "default", "rope_theta": 5e6, "mrope_section": [24, 20, 20], "mrope_interleaved": False}}}),
+]
+
+
+@pytest.mark.parametrize("case", CONFIGS, ids=[c[0] for c in CONFIGS])
+def test_configs_give_transformers_multimodal_rope(case, rng):
+    import importlib
+    import torch
+    _, family, config_class, rotary_class, cfg = case
+    modeling = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    configuration = importlib.import_module(f"transformers.models.{family}.configuration_{family}")
+    text = dict(cfg.get("text_config", cfg))
+    text.pop("model_type", None)
+    if "rope_scaling" in text:                       # transformers 5 reads the v4 spelling too
+        text["rope_parameters"] = {**text.pop("rope_scaling"), "rope_theta": text.pop("rope_theta")}
+    module = getattr(modeling, rotary_class)(getattr(configuration, config_class)(**text))
+    rope = Rope.from_hf_config(cfg)
+    assert list(rope.mrope_section) == list(module.mrope_section)
+    pos = rng.integers(0, 2000, size=(3, 1, 9))
+    q = rng.standard_normal((1, 2, 9, 128))
+    cos, sin = module(torch.from_numpy(q), torch.from_numpy(pos))
+    want, _ = modeling.apply_rotary_pos_emb(torch.from_numpy(q), torch.from_numpy(q), cos, sin)
+    got = rope.apply(q, pos, seq_axis=-2)
+    assert np.max(np.abs(got - want.numpy())) < 2000 * 2.0**-23 * 4
+
+
+def test_unchecked_families_sections_are_refused():
+    cfg = {"model_type": "glm4v", "text_config": {"hidden_size": 256, "num_attention_heads": 2,
+                                                  "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                                      "mrope_section": [8, 12, 12]}}}
+    with pytest.raises(ValueError, match="multimodal sections .* of model_type 'glm4v_text' are not read"):
+        Rope.from_hf_config(cfg)
