@@ -20,13 +20,14 @@ permutation, and the scores are compared without it.
 """
 
 import copy
-import importlib
 import pathlib
 import re
 import warnings
 
 import numpy as np
 import pytest
+
+from hf_peer import torch_and_transformers
 
 import hf_families as F
 import pyrope
@@ -39,12 +40,7 @@ POSITIONS = np.array([0, 1, 2, 5, 13, 31])
 @pytest.fixture(scope="module")
 def hf():
     """(torch, transformers), or a failure saying how to install them (as test_transformers_conformance)."""
-    try:
-        torch = importlib.import_module("torch")
-        transformers = importlib.import_module("transformers")
-    except ImportError as exc:
-        pytest.fail(f"the family conformance test needs torch and transformers (pyproject extra 'conformance'; "
-                    f"`make test` installs it): {exc}", pytrace=False)
+    torch, transformers = torch_and_transformers("the family conformance test")
     transformers.logging.set_verbosity_error()
     return torch, transformers
 

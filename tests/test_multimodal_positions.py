@@ -8,12 +8,11 @@ and ``image_grid_thw``/``video_grid_thw`` rows before the spatial merge,
 ``next_position`` must be ``rope_deltas + n``, the first position the
 model's ``compute_3d_position_ids`` gives a decoded token.
 """
-import importlib
-import pathlib
-import re
 
 import numpy as np
 import pytest
+
+from hf_peer import torch_and_transformers
 
 import pyrope
 from pyrope.positions import multimodal_positions
@@ -23,22 +22,10 @@ IMAGE_ID, VIDEO_ID = 60, 61    # token ids the tiny config assigns
 TYPE_IDS = {"text": 0, "image": 1, "video": 2}
 
 
-def _pinned_version():
-    text = (pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    found = re.search(r'"transformers==([^"]+)"', text)
-    assert found, "pyproject.toml must pin transformers==X in the conformance extra"
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
 def qwen2vl():
     """(torch, a tiny Qwen2VLModel), or a failure saying how to install them."""
-    try:
-        torch = importlib.import_module("torch")
-        transformers = importlib.import_module("transformers")
-    except ImportError as exc:
-        pytest.fail(f"the Qwen2-VL comparison needs torch and transformers=={_pinned_version()} "
-                    f"(pyproject extra 'conformance'; `make test` installs it): {exc}", pytrace=False)
+    torch, transformers = torch_and_transformers("the Qwen2-VL comparison")
     transformers.logging.set_verbosity_error()  # the tiny vocabulary does not hold the real bos/eos ids
     config = transformers.Qwen2VLConfig(
         text_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,

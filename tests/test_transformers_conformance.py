@@ -39,11 +39,11 @@ the current Phi-3 config.json uses, and pyrope the fixture as shipped.
 import copy
 import importlib
 import math
-import pathlib
-import re
 
 import numpy as np
 import pytest
+
+from hf_peer import pinned_transformers, torch_and_transformers
 
 import hf_configs as H
 import pyrope
@@ -91,24 +91,10 @@ CASES = [
 ]
 
 
-def _pinned_version():
-    """The transformers version the ``conformance`` extra pins."""
-    text = (pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
-    found = re.search(r'"transformers==([^"]+)"', text)
-    assert found, "pyproject.toml must pin transformers==X in the conformance extra"
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
 def hf():
     """(torch, transformers), or a failure saying how to install them."""
-    try:
-        torch = importlib.import_module("torch")
-        transformers = importlib.import_module("transformers")
-    except ImportError as exc:
-        pytest.fail(f"the transformers conformance test needs torch and transformers=={_pinned_version()} "
-                    f"(pyproject extra 'conformance'; `make test` installs it): {exc}", pytrace=False)
-    return torch, transformers
+    return torch_and_transformers("the transformers conformance test")
 
 
 def _model_class(transformers, model_type, suffix):
@@ -162,8 +148,8 @@ def compare(hf, ours_raw, theirs_raw, seq_len):
 
 def test_pinned_transformers_is_installed(hf):
     """The figures below are for the pinned version, not whatever happens to be installed."""
-    assert hf[1].__version__ == _pinned_version(), (
-        f"transformers {hf[1].__version__} installed, pyproject pins {_pinned_version()}: run `make test`")
+    assert hf[1].__version__ == pinned_transformers(), (
+        f"transformers {hf[1].__version__} installed, pyproject pins {pinned_transformers()}: run `make test`")
 
 
 @pytest.mark.parametrize("name,ours,theirs,seq_len", CASES, ids=[c[0] for c in CASES])
