@@ -82,8 +82,9 @@ def build_parser():
                "position function and which fields differ.")
     con.add_argument("configs", nargs="+", metavar="config.json", help="one or two config files")
     con.add_argument("--seq-len", type=int, help="current length, for dynamic and longrope configs")
-    con.add_argument("--layout", default="split_half", choices=["split_half", "interleaved"],
-                     help="pair layout of the checkpoint (transformers: split_half)")
+    con.add_argument("--layout", choices=["split_half", "interleaved"],
+                     help="pair layout of the checkpoint (default: read from the config: rope_interleave, "
+                          "else the model family)")
 
     chk = _sub(sub, "check", "self-check a rope: rule, norm, relative positions, inverse; exit 1 on failure",
                "Rotate sample vectors and verify the rope against independent computations\n"
@@ -91,7 +92,7 @@ def build_parser():
                "--harness also run prefill == decode == chunked == paged on a tiny model.")
     chk.add_argument("--head-dim", type=int, help="head dimension (even); required without --config")
     chk.add_argument("--layout", choices=["split_half", "interleaved"],
-                     help="pair layout; required without --config (with it: default split_half)")
+                     help="pair layout; required without --config (with it: read from the config)")
     chk.add_argument("--base", type=float, default=10000.0, help="RoPE base, default 10000")
     chk.add_argument("--rotary-dim", type=int, default=None, help="rotated prefix (default head dim)")
     chk.add_argument("--config", help="a model's config.json instead of --head-dim/--base")
@@ -141,8 +142,8 @@ def cmd_spectrum(args):
     if args.config:
         if args.dim is not None or args.base is not None:
             raise UsageError("--config gives dim and base; do not pass --dim or --base with it")
-        rope = Rope.from_hf_config(args.config, layout="interleaved", seq_len=args.seq_len)
-        plain = Rope(rope.rotary_dim, layout="interleaved", base=rope.base)
+        rope = Rope.from_hf_config(args.config, seq_len=args.seq_len)  # layout: the config's (no effect here)
+        plain = Rope(rope.rotary_dim, layout=rope.layout, base=rope.base)
         window = args.window or rope._resolved.original_window or _config_window(args.config)
         if rope._resolved.rule != "default":
             scaled.append((rope._resolved.rule, rope))
@@ -213,7 +214,7 @@ def cmd_check(args):
     if args.config:
         if args.head_dim is not None or args.rotary_dim is not None:
             raise UsageError("--config gives the dims; do not pass --head-dim or --rotary-dim with it")
-        rope = Rope.from_hf_config(args.config, layout=args.layout or "split_half", seq_len=args.seq_len)
+        rope = Rope.from_hf_config(args.config, layout=args.layout, seq_len=args.seq_len)
     else:
         if args.head_dim is None or args.layout is None:
             raise UsageError("pass --head-dim and --layout (or --config)")

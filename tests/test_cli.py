@@ -150,3 +150,18 @@ def test_bench_quick_prints_the_table(capsys):
 def test_bench_rejects_unknown_case(capsys):
     code, _, err = run(["bench", "--case", "huge"], capsys)
     assert code == 2 and "--case must be one of" in err
+
+
+def test_config_commands_take_the_layout_from_the_config(tmp_path, capsys):
+    # DeepSeek-V3's config.json names neither rope_interleave nor a layout: its family is interleaved
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_attention_heads": 128,
+           "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "kv_lora_rank": 512,
+           "rope_theta": 10000, "max_position_embeddings": 163840,
+           "rope_scaling": {"type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+                            "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, _ = run(["contract", str(path)], capsys)
+    assert code == 0 and json.loads(out)["contract"]["layout"] == "interleaved"
+    code, out, _ = run(["contract", "--layout", "split_half", str(path)], capsys)
+    assert code == 0 and json.loads(out)["contract"]["layout"] == "split_half"
