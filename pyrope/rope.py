@@ -316,7 +316,8 @@ class Rope:
           ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``). Any strides.
           dtype float32, float16, bfloat16 (``ml_dtypes.bfloat16``) or float64;
           the result has x's dtype. float16/bfloat16 are computed in float32
-          and rounded to nearest even once; float64 is computed in float64.
+          and rounded to nearest even once; float64 is computed in float64
+          with float64 cos/sin rows (within a few float64 ulps, docs/ACCURACY.md).
         - ``positions``: ``None`` for ``offset + arange(seq)`` (decode with a KV
           cache passes ``offset=`` the cache length), or integer positions of
           shape ``[seq]`` or ``[*batch, seq]`` (left padding, packed sequences).
