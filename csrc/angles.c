@@ -9,7 +9,8 @@
  * A row of one position is a table row (no copy) or made on the fly by the
  * table kernel; a sectioned row gathers entry i from the row of its pair's
  * component, so every entry is still the correctly rounded
- * scale * cos(position_c * inv_freq[i]) of the tables. This scalar code is
+ * scale * cos(position_c * inv_freq[i]) of the tables (float rows for
+ * float32, float16 and bfloat16 data, double rows for float64). This scalar code is
  * the specification of any faster row builder.
  */
 #include <string.h>
@@ -41,7 +42,7 @@ static inline int servable(const rope_angles *a, int64_t p)
     return p >= a->table_start && (uint64_t)p - (uint64_t)a->table_start < (uint64_t)a->table_rows;
 }
 
-int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int64_t half)
+int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int64_t half, int wide)
 {
     if (!a)
         return ROPE_E_NULL;
@@ -60,7 +61,8 @@ int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int6
     const int tabled = rope_angles_tabled(a);
     if (tabled ? !a->sin_table : (a->sin_table || !a->inv_freq))
         return ROPE_E_NULL;
-    if (tabled ? !rope_aligned(a->cos_table, 4) || !rope_aligned(a->sin_table, 4)
+    const size_t row_align = wide ? sizeof(double) : sizeof(float);
+    if (tabled ? !rope_aligned(a->cos_table, row_align) || !rope_aligned(a->sin_table, row_align)
                : !rope_aligned(a->inv_freq, 8))  /* only what the source reads */
         return ROPE_E_ALIGN;
     if (tabled) {
@@ -99,37 +101,50 @@ int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int6
     return ROPE_OK;
 }
 
-void rope_token_row_built(rope_angles angles, rope_table_f32_fn table, int64_t half,
-                          int64_t b, int64_t s, float *scratch, const float **cos_row,
-                          const float **sin_row)
+/* The row of one position, or of each section, in the element type E
+ * (float or double) with the row builder TABLE. */
+#define ROPE_ROW_BUILT_(E, TABLE)                                                        \
+    do {                                                                                 \
+        E *rc = (E *)scratch, *rs = (E *)(scratch + ROPE_MAX_OTF_HALF);                  \
+        if (a->source != ROPE_POS_SECTIONS) {                                            \
+            const int64_t pos = rope_position_at(a, b, s, 0);                            \
+            TABLE(&pos, 0, 1, a->inv_freq, half, a->scale, rc, rs);                      \
+        } else if (rope_angles_tabled(a)) {                                              \
+            const E *ct = (const E *)a->cos_table, *st = (const E *)a->sin_table;        \
+            int64_t row[ROPE_MAX_COMPONENTS];                                            \
+            for (int c = 0; c < a->n_components; c++)                                    \
+                row[c] = (int64_t)((uint64_t)rope_position_at(a, b, s, c) -             \
+                                   (uint64_t)a->table_start) * half;                     \
+            for (int64_t i = 0; i < half; i++) {                                         \
+                const int64_t e = row[a->pair_component[i]] + i;                         \
+                rc[i] = ct[e];                                                           \
+                rs[i] = st[e];                                                           \
+            }                                                                            \
+        } else {                                                                         \
+            /* one component's whole row at a time, its pairs' entries kept */           \
+            E *tc = (E *)(scratch + 2 * ROPE_MAX_OTF_HALF);                              \
+            E *ts = (E *)(scratch + 3 * ROPE_MAX_OTF_HALF);                              \
+            for (int c = 0; c < a->n_components; c++) {                                  \
+                const int64_t pos = rope_position_at(a, b, s, c);                        \
+                TABLE(&pos, 0, 1, a->inv_freq, half, a->scale, tc, ts);                  \
+                for (int64_t i = 0; i < half; i++)                                       \
+                    if (a->pair_component[i] == c) {                                     \
+                        rc[i] = tc[i];                                                   \
+                        rs[i] = ts[i];                                                   \
+                    }                                                                    \
+            }                                                                            \
+        }                                                                                \
+        *cos_row = rc;                                                                   \
+        *sin_row = rs;                                                                   \
+    } while (0)
+
+void rope_token_row_built(rope_angles angles, rope_row_maker make, int64_t half,
+                          int64_t b, int64_t s, double *scratch, const void **cos_row,
+                          const void **sin_row)
 {
     const rope_angles *a = &angles;
-    float *rc = scratch, *rs = scratch + ROPE_MAX_OTF_HALF;
-    if (a->source != ROPE_POS_SECTIONS) {
-        const int64_t pos = rope_position_at(a, b, s, 0);
-        table(&pos, 0, 1, a->inv_freq, half, a->scale, rc, rs);
-    } else if (rope_angles_tabled(a)) {
-        int64_t row[ROPE_MAX_COMPONENTS];
-        for (int c = 0; c < a->n_components; c++)
-            row[c] = (int64_t)((uint64_t)rope_position_at(a, b, s, c) - (uint64_t)a->table_start) * half;
-        for (int64_t i = 0; i < half; i++) {
-            const int64_t e = row[a->pair_component[i]] + i;
-            rc[i] = a->cos_table[e];
-            rs[i] = a->sin_table[e];
-        }
-    } else {
-        /* one component's whole row at a time, its pairs' entries kept */
-        float *tc = scratch + 2 * ROPE_MAX_OTF_HALF, *ts = scratch + 3 * ROPE_MAX_OTF_HALF;
-        for (int c = 0; c < a->n_components; c++) {
-            const int64_t pos = rope_position_at(a, b, s, c);
-            table(&pos, 0, 1, a->inv_freq, half, a->scale, tc, ts);
-            for (int64_t i = 0; i < half; i++)
-                if (a->pair_component[i] == c) {
-                    rc[i] = tc[i];
-                    rs[i] = ts[i];
-                }
-        }
-    }
-    *cos_row = rc;
-    *sin_row = rs;
+    if (make.wide)
+        ROPE_ROW_BUILT_(double, make.f64);
+    else
+        ROPE_ROW_BUILT_(float, make.f32);
 }

@@ -6,14 +6,24 @@
 
 #include "kernels.h"
 
-/* Scratch floats a row may need (rope_token_row): the row itself and one
- * component's row for sectioned positions computed on the fly. */
+/* Scratch doubles a row may need (rope_token_row): the row itself and one
+ * component's row for sectioned positions computed on the fly, in doubles
+ * (float rows use the start of each quarter). */
 #define ROPE_ROW_SCRATCH (4 * ROPE_MAX_OTF_HALF)
+
+/* How a call's rows are made: the table kernels of the active instruction
+ * set, and whether rows are double (float64 data) or float. */
+typedef struct {
+    rope_table_f32_fn f32;
+    rope_table_f64_fn f64;
+    int wide;
+} rope_row_maker;
 
 /* Check every field of a and every position of the [n_batch][n_seq] tokens
  * (each component of each) against the table or the on-the-fly range; half
- * is rotary_dim/2. Returns ROPE_OK or the status to return. */
-int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int64_t half);
+ * is rotary_dim/2, wide says the rows are double (else float). Returns
+ * ROPE_OK or the status to return. */
+int rope_angles_check(const rope_angles *a, int64_t n_batch, int64_t n_seq, int64_t half, int wide);
 
 /* Is the angle source a table (else: computed on the fly)? */
 static inline int rope_angles_tabled(const rope_angles *a)
@@ -32,26 +42,28 @@ static inline int64_t rope_position_at(const rope_angles *a, int64_t b, int64_t 
 /* A row rope_token_row cannot point to in a table: made into scratch. (a
  * by value: the caller's copy never escapes, so its fields stay in
  * registers in the token loop.) */
-void rope_token_row_built(rope_angles a, rope_table_f32_fn table, int64_t half,
-                          int64_t b, int64_t s, float *scratch, const float **cos_row,
-                          const float **sin_row);
+void rope_token_row_built(rope_angles a, rope_row_maker make, int64_t half,
+                          int64_t b, int64_t s, double *scratch, const void **cos_row,
+                          const void **sin_row);
 
-/* The cos and sin rows (half entries each) of token (b, s) of a checked a:
- * a table row, or one built into scratch (ROPE_ROW_SCRATCH floats) with the
- * table kernel given. Inline: one position per token from a table is the
- * common case, a few instructions per token. */
-static inline void rope_token_row(const rope_angles *a, rope_table_f32_fn table, int64_t half,
-                                  int64_t b, int64_t s, float *scratch, const float **cos_row,
-                                  const float **sin_row)
+/* The cos and sin rows (half entries each, float or double as make.wide
+ * says) of token (b, s) of a checked a: a table row, or one built into
+ * scratch (ROPE_ROW_SCRATCH doubles) with the table kernel given. Inline:
+ * one position per token from a table is the common case, a few
+ * instructions per token. */
+static inline void rope_token_row(const rope_angles *a, rope_row_maker make, int64_t half,
+                                  int64_t b, int64_t s, double *scratch, const void **cos_row,
+                                  const void **sin_row)
 {
     if (a->source != ROPE_POS_SECTIONS && rope_angles_tabled(a)) {
         const int64_t pos = rope_position_at(a, b, s, 0);
         const int64_t r = (int64_t)((uint64_t)pos - (uint64_t)a->table_start);
-        *cos_row = a->cos_table + r * half;
-        *sin_row = a->sin_table + r * half;
+        const int64_t off = r * half * (make.wide ? (int64_t)sizeof(double) : (int64_t)sizeof(float));
+        *cos_row = (const char *)a->cos_table + off;
+        *sin_row = (const char *)a->sin_table + off;
         return;
     }
-    rope_token_row_built(*a, table, half, b, s, scratch, cos_row, sin_row);
+    rope_token_row_built(*a, make, half, b, s, scratch, cos_row, sin_row);
 }
 
 #endif

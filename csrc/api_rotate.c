@@ -51,7 +51,7 @@ typedef struct {
     int n_tensors;
     const rope_angles *angles;
     rope_rot_fn rot;
-    rope_table_f32_fn table;
+    rope_row_maker make;
     int64_t half, elem;
 } job;
 
@@ -63,20 +63,20 @@ static void rotate_range(void *ctx, int64_t begin, int64_t end)
      * is opaque, so fields read through j would be reloaded every token. */
     const rope_angles angles = *j->angles;
     const rope_rot_fn rot = j->rot;
-    const rope_table_f32_fn table = j->table;
+    const rope_row_maker make = j->make;
     const int64_t half = j->half, elem = j->elem, n_seq = j->op->n_seq;
     const int64_t rotary_dim = j->op->rotary_dim;
     const size_t tail_bytes = (size_t)((j->op->head_dim - rotary_dim) * elem);
     const int inverse = j->op->inverse != 0, n_tensors = j->n_tensors;
-    float scratch[ROPE_ROW_SCRATCH];
+    double scratch[ROPE_ROW_SCRATCH];
     int64_t b = begin / n_seq, s = begin % n_seq - 1;
     for (int64_t tok = begin; tok < end; tok++) {
         if (++s == n_seq) { /* next batch row: no division per token */
             s = 0;
             b++;
         }
-        const float *c, *sn;
-        rope_token_row(&angles, table, half, b, s, scratch, &c, &sn);
+        const void *c, *sn;
+        rope_token_row(&angles, make, half, b, s, scratch, &c, &sn);
         for (int k = 0; k < n_tensors; k++) {
             const rope_tensor *t = &j->t[k];
             if (t->n_heads == 0)
@@ -133,13 +133,14 @@ int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
     if (n_tokens == 0 || heads_total == 0)
         return ROPE_OK; /* nothing to do: no pointer is dereferenced */
     const int64_t half = op->rotary_dim / 2;
-    const int st = rope_angles_check(angles, op->n_batch, op->n_seq, half);
+    const int wide = ROPE_WIDE_ROWS[op->dtype];
+    const int st = rope_angles_check(angles, op->n_batch, op->n_seq, half, wide);
     if (st != ROPE_OK)
         return st;
 
     const rope_kernels *kern = rope_active_kernels();
     const job j = {op, tensors, n_tensors, angles, kern->rot[op->dtype][op->layout],
-                   kern->table_f32, half, (int64_t)esize};
+                   {kern->table_f32, kern->table_f64, wide}, half, (int64_t)esize};
     /* Traffic: every element read once and written once. */
     const int64_t bytes = sat_product(n_tokens, heads_total, op->head_dim, 2 * j.elem);
     rope_parallel_for(rotate_range, (void *)&j, n_tokens,

@@ -44,6 +44,7 @@ const rope_isa rope_isa_scalar = {"scalar", scalar_supported, NULL};
 static const rope_kernels SCALAR_KERNELS = {
     .rot = {ROPE_STORAGE_TYPES(ROPE_SCALAR_ROW_)},
     .table_f32 = rope_table_f32_scalar,
+    .table_f64 = rope_table_f64_scalar,
     .pass = pass_scalar,
 };
 

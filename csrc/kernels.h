@@ -20,10 +20,11 @@
  * 0..half-1 of head h at x + h*x_sh go to y + h*y_sh (element strides; y may
  * equal x with y_sh == x_sh). x and y point to the storage type of the
  * kernel (float, uint16_t bits of float16/bfloat16, double); cos/sin hold
- * half float32 entries; inverse rotates by minus the angle. */
+ * half entries of its arithmetic type (float rows for float32, float16 and
+ * bfloat16, double rows for float64); inverse rotates by minus the angle. */
 #define ROPE_ROT_PARAMS                                                        \
     const void *x, void *y, int64_t x_sh, int64_t y_sh, int64_t n_heads,      \
-        const float *cos, const float *sin, int64_t half, int inverse
+        const void *cos, const void *sin, int64_t half, int inverse
 typedef void (*rope_rot_fn)(ROPE_ROT_PARAMS);
 
 /* Table entries for n_pos positions (positions[p], or start + p when
@@ -33,6 +34,12 @@ typedef void (*rope_rot_fn)(ROPE_ROT_PARAMS);
         const double *inv_freq, int64_t n_freq, double scale,                 \
         float *cos_out, float *sin_out
 typedef void (*rope_table_f32_fn)(ROPE_TABLE_PARAMS);
+/* The same in float64 (rows for float64 data). */
+#define ROPE_TABLE_F64_PARAMS                                                  \
+    const int64_t *positions, int64_t start, int64_t n_pos,                   \
+        const double *inv_freq, int64_t n_freq, double scale,                 \
+        double *cos_out, double *sin_out
+typedef void (*rope_table_f64_fn)(ROPE_TABLE_F64_PARAMS);
 
 /* The yardstick's pass over bytes p[0..n): XOR with mask (repeated,
  * little-endian, byte i takes mask byte i mod 4). */
@@ -42,6 +49,7 @@ typedef void (*rope_pass_fn)(unsigned char *p, int64_t n, uint32_t mask);
 typedef struct {
     rope_rot_fn rot[ROPE_N_DTYPES][2];  /* [dtype][layout] */
     rope_table_f32_fn table_f32;
+    rope_table_f64_fn table_f64;
     rope_pass_fn pass;
 } rope_kernels;
 
@@ -64,6 +72,12 @@ const rope_kernels *rope_active_kernels(void);
     void rope_rot_sh_##sfx##_scalar(ROPE_ROT_PARAMS);
 ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
 void rope_table_f32_scalar(ROPE_TABLE_PARAMS);
+void rope_table_f64_scalar(ROPE_TABLE_F64_PARAMS);
+
+/* Is the arithmetic type of storage type dtype double (its rows are double)? */
+#define ROPE_WIDE_(code, sfx, T, A, name) [code] = sizeof(A) == sizeof(double),
+static const int ROPE_WIDE_ROWS[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_WIDE_)};
+#undef ROPE_WIDE_
 
 /* Shared argument checks (api_table.c). */
 int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,

@@ -172,12 +172,15 @@ enum {
 
 /* The angles of a call: which position each token (and pair) uses, and
  * where cos/sin of position * inv_freq come from:
- *   - a table: cos_table/sin_table rows of rotary_dim/2 floats (rows made by
- *     rope_cos_sin_*_f32); position p uses row p - table_start, and every
+ *   - a table: cos_table/sin_table rows of rotary_dim/2 entries of the call's
+ *     arithmetic type: float rows (made by rope_cos_sin_*_f32) for float32,
+ *     float16 and bfloat16 data, double rows (made by rope_cos_sin_f64) for
+ *     float64 data; position p uses row p - table_start, and every
  *     position must satisfy table_start <= p < table_start + table_rows;
  *   - on the fly (cos_table == sin_table == NULL): from inv_freq[rotary_dim/2]
- *     and scale, exactly as rope_cos_sin_f32 would build the row (requires
- *     rotary_dim/2 <= ROPE_MAX_OTF_HALF and |p| <= ROPE_MAX_POSITION).
+ *     and scale, exactly as rope_cos_sin_f32 (float64 data: rope_cos_sin_f64)
+ *     would build the row (requires rotary_dim/2 <= ROPE_MAX_OTF_HALF and
+ *     |p| <= ROPE_MAX_POSITION).
  * Every position is checked before anything is written (ROPE_E_POSITION). */
 typedef struct {
     int source;                     /* ROPE_POS_* */
@@ -186,8 +189,8 @@ typedef struct {
     int64_t strides[3];             /* {batch, seq, component} in elements */
     int n_components;               /* ROPE_POS_SECTIONS: 1..ROPE_MAX_COMPONENTS */
     const uint8_t *pair_component;  /* ROPE_POS_SECTIONS: [rotary_dim/2] */
-    const float *cos_table;
-    const float *sin_table;
+    const void *cos_table;          /* rows of the arithmetic type (above) */
+    const void *sin_table;
     int64_t table_start;
     int64_t table_rows;
     const double *inv_freq;

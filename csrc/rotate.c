@@ -7,8 +7,8 @@
  * rope_pair_<sfx>, pair.h), which is what the AVX2 kernels compute lane by
  * lane, so the two agree bit for bit. float32, float16 and bfloat16 are
  * widened to float32 (exactly), computed in float32 and rounded once on
- * store (round to nearest even, convert.h); float64 computes in float64 with
- * the float32 table entries widened exactly. Both coordinates are loaded
+ * store (round to nearest even, convert.h), with float32 table rows; float64
+ * computes in float64 with float64 table rows. Both coordinates are loaded
  * before either is stored, so y == x is safe. The build uses
  * -ffp-contract=off so the compiler adds no fusion.
  */
@@ -16,17 +16,19 @@
 #include "pair.h"
 
 /* One kernel per (storage type, layout): T is the storage type, A the
- * arithmetic type; pair i sits at (I0, I1). */
+ * arithmetic type, also the type of the
+ * cos/sin rows; pair i sits at (I0, I1). */
 #define ROPE_SCALAR_KERNEL_(NAME, sfx, T, A, I0, I1)                                 \
     void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh, int64_t n_heads, \
-              const float *cos, const float *sin, int64_t half, int inverse)         \
+              const void *cosv, const void *sinv, int64_t half, int inverse)         \
     {                                                                                \
+        const A *cos = (const A *)cosv, *sin = (const A *)sinv;                      \
         for (int64_t h = 0; h < n_heads; h++) {                                      \
             const T *x = (const T *)xv + h * x_sh;                                   \
             T *y = (T *)yv + h * y_sh;                                               \
             for (int64_t i = 0; i < half; i++) {                                     \
-                const A c = (A)cos[i];                                               \
-                const A s = (A)(inverse ? -sin[i] : sin[i]);                         \
+                const A c = cos[i];                                                  \
+                const A s = inverse ? -sin[i] : sin[i];                              \
                 rope_pair_##sfx(x, y, I0, I1, c, s);                                 \
             }                                                                        \
         }                                                                            \

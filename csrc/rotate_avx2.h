@@ -137,9 +137,10 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
  * float16 gains nothing from it (bound by its conversions, measured). */
 #define ROPE_AVX2_SPLIT(NAME, PART, PEEL, T, LD16, ST16)                             \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
-                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t n_heads, const void *cosv, const void *sinv,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
+        const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
         const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
         const int64_t n16 = (half - p) & ~(int64_t)15;                               \
         if (p == 0 && half == 64) { /* head_dim 128, the common case */              \

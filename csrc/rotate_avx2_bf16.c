@@ -105,9 +105,10 @@ ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd
     }
 
 ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
-                                     int64_t n_heads, const float *cos, const float *sin,
+                                     int64_t n_heads, const void *cosv, const void *sinv,
                                      int64_t half, int inverse)
 {
+    const float *cos = (const float *)cosv, *sin = (const float *)sinv;
     float cp[IL_CHUNK], sp[IL_CHUNK];
     for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
         const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
@@ -145,9 +146,10 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
     }
 
 ROPE_AVX2 void rope_rot_il_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
-                                     int64_t n_heads, const float *cos, const float *sin,
+                                     int64_t n_heads, const void *cosv, const void *sinv,
                                      int64_t half, int inverse)
 {
+    const float *cos = (const float *)cosv, *sin = (const float *)sinv;
     const int64_t n8 = half & ~(int64_t)7;
     if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
         BF16_IL_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)

@@ -70,9 +70,10 @@ ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, 0, uint16_t, ld16_f16, st1
 
 #define ROPE_AVX2_INTERLEAVED_DUP(NAME, T, LD16, ST16, LD8, ST8, PAIR)                    \
     ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
-                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t n_heads, const void *cosv, const void *sinv,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
+        const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
         float cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];                                    \
         for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {                            \
             const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;           \

@@ -63,9 +63,10 @@ ROPE_AVX2_SPLIT(rope_rot_sh_f32_avx2, split_part_f32, 1, float, ld16_f32, st16_f
 
 #define ROPE_AVX2_INTERLEAVED(NAME, T, LD16, ST16, PAIR)                              \
     ROPE_AVX2 static void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
-                        int64_t n_heads, const float *cos, const float *sin,         \
+                        int64_t n_heads, const void *cosv, const void *sinv,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \
+        const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
         float cp[IL_CHUNK], sp[IL_CHUNK];                                            \
         for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {                            \
             const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;           \
@@ -156,9 +157,10 @@ ROPE_AVX2 static void il_f32_flat(const float *x, float *y, int64_t n_pairs, con
 }
 
 ROPE_AVX2 void rope_rot_il_f32_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
-                                    int64_t n_heads, const float *cos, const float *sin,
+                                    int64_t n_heads, const void *cosv, const void *sinv,
                                     int64_t half, int inverse)
 {
+    const float *cos = (const float *)cosv, *sin = (const float *)sinv;
     /* pairs before x's first 32-byte boundary (0: on it, or a pair straddles it) */
     const int64_t mis = (int64_t)((uintptr_t)xv & 31);
     const int64_t p = mis % 8 ? 0 : (32 - mis) % 32 / 8;

@@ -1,21 +1,22 @@
 /* AVX2 rotation kernels for float64 storage (rotate_avx2.h says what every
- * AVX2 kernel shares): float64 arithmetic, float32 table entries widened. */
+ * AVX2 kernel shares): float64 arithmetic on float64 table rows. */
 #include "rotate_avx2.h"
 
 #ifdef ROPE_HAVE_X86
 
 ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
-                                    int64_t n_heads, const float *cos, const float *sin,
+                                    int64_t n_heads, const void *cosv, const void *sinv,
                                     int64_t half, int inverse)
 {
+    const double *cos = (const double *)cosv, *sin = (const double *)sinv;
     const __m256d sign = _mm256_set1_pd(inverse ? -0.0 : 0.0);
     for (int64_t h = 0; h < n_heads; h++) {
         const double *x = (const double *)xv + h * x_sh;
         double *y = (double *)yv + h * y_sh;
         int64_t i = 0;
         for (; i + 4 <= half; i += 4) {
-            const __m256d c = _mm256_cvtps_pd(_mm_loadu_ps(cos + i));
-            const __m256d s = _mm256_xor_pd(_mm256_cvtps_pd(_mm_loadu_ps(sin + i)), sign);
+            const __m256d c = _mm256_loadu_pd(cos + i);
+            const __m256d s = _mm256_xor_pd(_mm256_loadu_pd(sin + i), sign);
             const __m256d x0 = _mm256_loadu_pd(x + i), x1 = _mm256_loadu_pd(x + i + half);
             _mm256_storeu_pd(y + i, _mm256_fmsub_pd(x0, c, _mm256_mul_pd(x1, s)));
             _mm256_storeu_pd(y + i + half, _mm256_fmadd_pd(x1, c, _mm256_mul_pd(x0, s)));
@@ -28,15 +29,16 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
 }
 
 ROPE_AVX2 void rope_rot_il_f64_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
-                                    int64_t n_heads, const float *cos, const float *sin,
+                                    int64_t n_heads, const void *cosv, const void *sinv,
                                     int64_t half, int inverse)
 {
+    const double *cos = (const double *)cosv, *sin = (const double *)sinv;
     double cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];
     for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
         const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
         const int64_t nv = n & ~(int64_t)1;
         for (int64_t i = 0; i < nv; i++) {
-            const float s = inverse ? -sin[i0 + i] : sin[i0 + i];
+            const double s = inverse ? -sin[i0 + i] : sin[i0 + i];
             cc[2 * i] = cc[2 * i + 1] = cos[i0 + i];
             ss[2 * i] = ss[2 * i + 1] = s;
         }

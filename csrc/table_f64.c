@@ -70,6 +70,30 @@ static void cos_sin_f64(double md, double t0, double t1, double t2, double *cos_
     rope_quadrant(kk, cs, sn, cos_out, sin_out);
 }
 
+/* Rows for positions[p] (or start + p when positions is NULL): the float64
+ * row builder of every instruction set (kernels.h), arguments checked. */
+void rope_table_f64_scalar(const int64_t *positions, int64_t start, int64_t n_pos,
+                           const double *inv_freq, int64_t n_freq, double scale,
+                           double *cos_out, double *sin_out)
+{
+    double t0[ROPE_TURNS_CHUNK], t1[ROPE_TURNS_CHUNK], t2[ROPE_TURNS_CHUNK];
+    for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_TURNS_CHUNK) {
+        const int64_t nf = n_freq - i0 < ROPE_TURNS_CHUNK ? n_freq - i0 : ROPE_TURNS_CHUNK;
+        for (int64_t i = 0; i < nf; i++)
+            rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
+        for (int64_t p = 0; p < n_pos; p++) {
+            const double md = (double)(positions ? positions[p] : start + p);
+            double *crow = cos_out + p * n_freq + i0, *srow = sin_out + p * n_freq + i0;
+            for (int64_t i = 0; i < nf; i++) {
+                double c, s;
+                cos_sin_f64(md, t0[i], t1[i], t2[i], &c, &s);
+                crow[i] = scale * c;
+                srow[i] = scale * s;
+            }
+        }
+    }
+}
+
 int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
                      const double *inv_freq, int64_t n_freq, double scale,
                      double *cos_out, double *sin_out)
@@ -85,21 +109,6 @@ int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;
-    double t0[ROPE_TURNS_CHUNK], t1[ROPE_TURNS_CHUNK], t2[ROPE_TURNS_CHUNK];
-    for (int64_t i0 = 0; i0 < n_freq; i0 += ROPE_TURNS_CHUNK) {
-        const int64_t nf = n_freq - i0 < ROPE_TURNS_CHUNK ? n_freq - i0 : ROPE_TURNS_CHUNK;
-        for (int64_t i = 0; i < nf; i++)
-            rope_turns(inv_freq[i0 + i], &t0[i], &t1[i], &t2[i]);
-        for (int64_t p = 0; p < n_pos; p++) {
-            const double md = (double)positions[p];
-            double *crow = cos_out + p * n_freq + i0, *srow = sin_out + p * n_freq + i0;
-            for (int64_t i = 0; i < nf; i++) {
-                double c, s;
-                cos_sin_f64(md, t0[i], t1[i], t2[i], &c, &s);
-                crow[i] = scale * c;
-                srow[i] = scale * s;
-            }
-        }
-    }
+    rope_table_f64_scalar(positions, 0, n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
     return ROPE_OK;
 }

@@ -262,21 +262,30 @@ def cos_sin_table_f64(positions, inv_freq, scale):
     return cos_sin_table(positions, inv_freq, scale, np.float64)
 
 
-def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="positions"):
-    """float32 (cos, sin) for positions start..start+n_pos-1 (into ``cos``/``sin``
-    when given: C-contiguous float32 [n_pos, len(inv_freq)])."""
+def cos_sin_range(start, n_pos, inv_freq, scale, cos=None, sin=None, where="positions", dtype=np.float32):
+    """(cos, sin) of ``dtype`` (float32 or float64) for positions
+    start..start+n_pos-1 (into ``cos``/``sin`` when given: C-contiguous
+    [n_pos, len(inv_freq)] of that dtype)."""
     n_freq = inv_freq.shape[0]
+    wide = np.dtype(dtype) == np.float64
     if cos is None:
-        cos, sin = empty_tables(n_pos, n_freq, np.float32)
-    status = lib.rope_cos_sin_range_f32(
-        start, n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
-        pointer(cos, True, "float"), pointer(sin, True, "float"))
+        cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
+    if wide:
+        positions = np.arange(start, start + n_pos, dtype=np.int64)
+        status = lib.rope_cos_sin_f64(
+            pointer(positions, ctype="int64_t"), n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
+            pointer(cos, True, "double"), pointer(sin, True, "double"))
+    else:
+        status = lib.rope_cos_sin_range_f32(
+            start, n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
+            pointer(cos, True, "float"), pointer(sin, True, "float"))
     raise_for_status(status, where)
     return cos, sin
 
 
 def float_pointers(*arrays):
-    """C ``float *``/``double *`` views of C-contiguous tables or frequency vectors,
+    """C ``float *``/``double *`` views of C-contiguous tables or frequency vectors
+    (``rope_angles`` takes either as its rows: ``void *``),
     kept with them by the caller (``TableCache`` windows, a Rope's inv_freq)."""
     return tuple(pointer(a, ctype="double" if a.dtype == np.float64 else "float") for a in arrays)
 

@@ -2,8 +2,9 @@
 
 Decode steps and repeated prefills ask for the same or the next positions
 again and again; rebuilding exact table rows each time would cost more than
-the rotation itself. A ``TableCache`` holds float32 rows for one window of
-consecutive positions. A request inside the window is a lookup; a request
+the rotation itself. A ``TableCache`` holds rows of one dtype (float32 for
+float32, float16 and bfloat16 data; float64 for float64 data) for one window
+of consecutive positions. A request inside the window is a lookup; a request
 outside grows the window (at least doubling it, so a decode loop rebuilds
 O(log n) times) or moves it, and a request wider than the bound is refused
 (the caller then builds rows just for that call or computes them on the
@@ -31,29 +32,33 @@ MIN_ROWS = 64                # smallest window built
 
 
 class TableCache:
-    """Cached float32 cos/sin rows for a window ``[start, stop)`` of positions."""
+    """Cached cos/sin rows (``dtype`` float32 or float64) for a window
+    ``[start, stop)`` of positions."""
 
-    __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "_inv_freq_ptr", "on_the_fly")
+    __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "_inv_freq_ptr", "on_the_fly",
+                 "dtype")
 
-    def __init__(self, inv_freq, scale):
+    def __init__(self, inv_freq, scale, dtype=np.float32):
         self._inv_freq = inv_freq
         self._scale = scale
+        self.dtype = np.dtype(dtype)
         self._lock = threading.Lock()
         half = max(int(inv_freq.shape[0]), 1)
-        self.max_rows = max(MAX_TABLE_BYTES // (8 * half), MIN_ROWS)
+        self.max_rows = max(MAX_TABLE_BYTES // (2 * self.dtype.itemsize * half), MIN_ROWS)
         self.window = None  # a Window: replaced, never mutated
         (self._inv_freq_ptr,) = _kernel.float_pointers(inv_freq)
         self.on_the_fly = _kernel.angle_template(self._inv_freq_ptr, scale)  # no rows: made per token
 
     def angles_over(self, cos, sin, start):
         """A ``rope_angles`` template reading rows ``cos``/``sin`` (C-contiguous
-        float32, kept alive by the caller) for positions from ``start`` on."""
+        of the cache's dtype, kept alive by the caller) for positions from
+        ``start`` on."""
         cos_ptr, sin_ptr = _kernel.float_pointers(cos, sin)
         return _kernel.angle_template(self._inv_freq_ptr, self._scale, (cos_ptr, sin_ptr, start, cos.shape[0]))
 
     def __reduce__(self):
         """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
-        return (TableCache, (self._inv_freq, self._scale))
+        return (TableCache, (self._inv_freq, self._scale, self.dtype))
 
     def lookup(self, lo, hi, where="positions"):
         """A ``Window`` covering positions ``lo..hi-1``, or None when that span
@@ -88,8 +93,8 @@ class TableCache:
         if start < -MAX_POSITION:
             start, stop = -MAX_POSITION, min(stop + (-MAX_POSITION - start), MAX_POSITION + 1)
         n, half = stop - start, self._inv_freq.shape[0]
-        cos = np.empty((n, half), dtype=np.float32)
-        sin = np.empty((n, half), dtype=np.float32)
+        cos = np.empty((n, half), dtype=self.dtype)
+        sin = np.empty((n, half), dtype=self.dtype)
         keep_lo = keep_hi = start
         if w is not None:   # rows already built are copied, not recomputed
             keep_lo, keep_hi = max(start, w[0]), min(stop, w[1])
@@ -101,7 +106,8 @@ class TableCache:
         for a, b in ((start, keep_lo), (keep_hi, stop)):
             if b > a:
                 _kernel.cos_sin_range(a, b - a, self._inv_freq, self._scale,
-                                      cos[a - start:b - start], sin[a - start:b - start], where)
+                                      cos[a - start:b - start], sin[a - start:b - start], where,
+                                      self.dtype)
         cos.flags.writeable = False
         sin.flags.writeable = False
         return Window(start, stop, cos, sin, self.angles_over(cos, sin, start))

@@ -53,7 +53,7 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_plan_key",
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_tables64", "_plan_key",
                  "_mrope_section", "_mrope_interleaved", "_pair_component",
                  "_softmax_scale_factor", "_layout_source")
 
@@ -87,7 +87,8 @@ class Rope:
             section, comp = pair_components(mrope_section, mrope_interleaved, inv_freq.shape[0])
             self._mrope_section, self._mrope_interleaved = section, bool(mrope_interleaved)
             self._pair_component = comp
-        self._tables = TableCache(inv_freq, self._attention_factor)  # rows served so far
+        self._tables = TableCache(inv_freq, self._attention_factor)  # float32 rows served so far
+        self._tables64 = None  # float64 rows for float64 arrays, made on first use (_rows_for)
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
         # from_hf_config and from_contract set these two after construction
         self._softmax_scale_factor = 1.0
@@ -255,40 +256,54 @@ class Rope:
                 return _plan.section_positions(pos, k, batch_shape, n_seq), (k, self._pair_component)
         return _plan.positions_2d(positions, batch_shape, n_seq), None
 
-    def _angles_for(self, positions, offset, n_seq, angles="auto"):
-        """Angles for one call: ``(template, c_positions, keep)``: a
-        ``rope_angles`` template (cached rows, rows built for this call, or on
-        the fly), the positions to hand to C (None: ``offset + s``), and the
-        arrays the template points into.
+    def _rows_for(self, dtype):
+        """The ``TableCache`` serving arrays of ``dtype``: float64 rows for
+        float64 (so float64 data is rotated at float64 accuracy), float32 rows
+        for the rest."""
+        if dtype != np.float64:
+            return self._tables
+        tables = self._tables64
+        if tables is None:  # a race makes two, one is kept: rows are a pure function
+            tables = self._tables64 = TableCache(self._inv_freq, self._attention_factor, np.float64)
+        return tables
+
+    def _angles_for(self, positions, offset, n_seq, angles="auto", dtype=np.float32):
+        """Angles for one call on arrays of ``dtype``: ``(template, c_positions,
+        keep)``: a ``rope_angles`` template (cached rows, rows built for this
+        call, or on the fly), the positions to hand to C (None: ``offset + s``),
+        and the arrays the template points into. Rows are float64 for float64
+        arrays, float32 otherwise (the kernel's arithmetic type).
 
         ``auto`` and ``table`` use the Rope's cached rows when the positions
         span at most the cache bound; wider spans are computed on the fly
         (``auto``, when rotary_dim/2 fits the kernel's on-the-fly row) or get
         rows built for this call only."""
+        tables = self._rows_for(dtype)
         otf_ok = self._rotary_dim // 2 <= _kernel.MAX_OTF_HALF
         if angles == "on_the_fly":
             if not otf_ok:
                 raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _kernel.MAX_OTF_HALF}, "
                                  f"got rotary_dim={self._rotary_dim}; use angles='auto' or 'table'")
-            return self._tables.on_the_fly, positions, None
+            return tables.on_the_fly, positions, None
         if positions is None:
             lo, hi = offset, offset + n_seq
         else:
             lo, hi = int(positions.min()), int(positions.max()) + 1
-        window = self._tables.lookup(lo, hi, "offset" if positions is None else "positions")
+        window = tables.lookup(lo, hi, "offset" if positions is None else "positions")
         if window is not None:
             return window.angles, positions, window
         if angles == "auto" and otf_ok:
-            return self._tables.on_the_fly, positions, None
+            return tables.on_the_fly, positions, None
         if positions is None:
             cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
-                                             where="offset")
-            return self._tables.angles_over(cos, sin, offset), None, (cos, sin)
+                                             where="offset", dtype=tables.dtype)
+            return tables.angles_over(cos, sin, offset), None, (cos, sin)
         # Sparse positions (packed sequences far apart): one row per token.
         flat = np.ascontiguousarray(positions.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, where="positions")
+        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, tables.dtype,
+                                         where="positions")
         rows = np.arange(flat.size, dtype=np.int64).reshape(positions.shape)
-        return self._tables.angles_over(cos, sin, 0), rows, (cos, sin)
+        return tables.angles_over(cos, sin, 0), rows, (cos, sin)
 
     # ---- rotation ----------------------------------------------------------
 
@@ -301,7 +316,8 @@ class Rope:
           ``[*batch, heads, seq, head_dim]`` (``seq_axis=-2``). Any strides.
           dtype float32, float16, bfloat16 (``ml_dtypes.bfloat16``) or float64;
           the result has x's dtype. float16/bfloat16 are computed in float32
-          and rounded to nearest even once; float64 is computed in float64.
+          and rounded to nearest even once; float64 is computed in float64
+          with float64 cos/sin rows (within a few float64 ulps, docs/ACCURACY.md).
         - ``positions``: ``None`` for ``offset + arange(seq)`` (decode with a KV
           cache passes ``offset=`` the cache length), or integer positions of
           shape ``[seq]`` or ``[*batch, seq]`` (left padding, packed sequences).
@@ -437,7 +453,8 @@ class _Job:
             return plan.outputs
         # An array with zero heads next to one with some (q without heads) goes
         # to C like any other: C skips a tensor with no heads, pointers unread.
-        template, c_positions, keep = rope._angles_for(positions, self.offset, n_seq, self.angles)
+        template, c_positions, keep = rope._angles_for(positions, self.offset, n_seq, self.angles,
+                                                       self.items[0][1].dtype)
         outputs = plan.run(template, c_positions, self.offset, where, sections)
         del keep  # the rows the template pointed into lived until here
         return outputs
@@ -458,12 +475,15 @@ def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
     plan, or None when the call needs the general path."""
     if type(offset) is not int or type(seq_axis) is not int:  # -3.0 == -3: never a memo key
         return None
-    window = rope._tables.window
-    if window is None:
-        return None
     for a in arrays:  # C-contiguous, aligned and writeable (numpy's "carray")
         if type(a) is not np.ndarray or not a.flags.carray:
             return None
+    # the rows of the arrays' arithmetic type: float64 rows for float64 arrays
+    # (a call with q and k of other dtypes has no memoised plan: None below)
+    tables = rope._tables64 if arrays[0].dtype == np.float64 else rope._tables
+    window = None if tables is None else tables.window
+    if window is None:
+        return None
     if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
         return None
     key = _plan.direct_key(arrays, seq_axis, inverse, rope._plan_key)

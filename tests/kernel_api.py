@@ -21,7 +21,8 @@ def c_rotate(pairs, layout, rotary_dim, *, inverse=False, positions=None, offset
     ``pairs``: ``[(x4, out4)]`` 4-D ``[batch, seq, heads, head_dim]`` arrays of
     one dtype (``out4 is x4``: in place); ``positions`` None (``offset + s``)
     or int64 ``[batch, seq]`` (or ``[batch, seq, k]`` with ``sections=(k,
-    uint8 map)``); ``table`` ``(cos, sin, first position)`` float32 rows, or
+    uint8 map)``); ``table`` ``(cos, sin, first position)`` rows of the arithmetic
+    type (float64 for float64 data, else float32), or
     None with ``inv_freq``/``scale`` for angles on the fly. ``op``: fields of
     ``rope_op`` to override (to test refusals)."""
     x0 = pairs[0][0]
@@ -58,7 +59,8 @@ def c_rotate(pairs, layout, rotary_dim, *, inverse=False, positions=None, offset
             a.pair_component = address(pair_map, "uint8_t")
     if table is not None:
         cos, sin, start = table
-        a.cos_table, a.sin_table = address(cos, "float"), address(sin, "float")
+        kind = "double" if cos.dtype == np.float64 else "float"  # rows of the arithmetic type
+        a.cos_table, a.sin_table = address(cos, kind), address(sin, kind)
         a.table_start, a.table_rows = start, cos.shape[0]
     if inv_freq is not None:
         inv_freq = np.ascontiguousarray(inv_freq, dtype=np.float64)

@@ -9,9 +9,13 @@ M = |x0| + |x1| of the pair and f the attention factor:
   float16, 2**-8 for bfloat16), plus half the smallest float16 subnormal
   (2**-25) where the result is subnormal. |y32| <= |exact| + E32, so
       |y - exact| <= E32 + u * (|exact| + E32) + 2**-25.
-- float64 computes in float64 with float32 table entries, each within
-  2**-23 relative of the exact cos/sin: |y - exact| <= 2**-23 * |f| * M, plus
-  a few float64 roundings (ours and the reference's); we allow 16 * 2**-53 * M.
+- float64 computes in float64 with float64 table entries (with e = 2**-52):
+  each entry is within 1.5 ulp <= 1.5 e relative of the exact scale * cos/sin
+  (table_f64.c), and the kernel rounds one product and one fused multiply-add
+  (<= 0.5 e * |x1 s| + 0.5 e * |y| <= e * M): |y - exact| <= 2.5 e * |f| * M.
+  The reference (pyrope.reference in float64) rounds cos/sin (~1 ulp), the
+  factor, two products and a sum: within 3 e * |f| * M. So
+  |y - want| <= 5.5 e * |f| * M; we allow F64_ULPS = 6 (measured: 1.43).
 """
 import numpy as np
 import pytest
@@ -27,6 +31,7 @@ LAYOUTS = ["interleaved", "split_half"]
 DTYPES = [np.dtype(np.float16), BF16, np.dtype(np.float64)]
 UNIT = {np.dtype(np.float16): 2.0**-11, BF16: 2.0**-8}
 UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+F64_ULPS = 6  # float64 kernel vs reference, in 2**-52 * |f| * M (derived above)
 
 
 def bits(a):
@@ -36,7 +41,7 @@ def bits(a):
 def assert_close_for_dtype(got, want, x, rotary_dim, layout, dtype, factor=1.0):
     mag = pair_magnitudes(x.astype(np.float64), rotary_dim, layout) * abs(factor)
     if dtype == np.float64:
-        bound = EPS32 * mag + 16 * 2.0**-53 * mag + 1e-300
+        bound = F64_ULPS * 2.0**-52 * mag + 1e-300
     else:
         e32 = 4 * EPS32 * mag
         bound = e32 + UNIT[dtype] * (np.abs(want) + e32) + 2.0**-25

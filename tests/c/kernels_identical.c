@@ -31,6 +31,8 @@
 #include "convert.h"
 #include "kernels.h"
 
+extern const rope_isa rope_isa_avx2; /* isa_avx2.c */
+
 #define DECLARE_(code, sfx, T, A, name)                                        \
     void rope_rot_il_##sfx##_avx2(ROPE_ROT_PARAMS);                            \
     void rope_rot_sh_##sfx##_avx2(ROPE_ROT_PARAMS);                            \
@@ -117,7 +119,7 @@ static int64_t span(int64_t n_heads, int64_t sh, int64_t half) { return (n_heads
 
 static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n_heads,
                      int64_t x_sh, int64_t y_sh, int64_t x_off, int64_t y_off, int in_place,
-                     const float *c, const float *s)
+                     const void *c, const void *s)
 {
     enum { MAXB = 1 << 20 };
     static unsigned char init[2][MAXB], out[N_IMPL][2][MAXB];
@@ -172,11 +174,15 @@ int main(void)
         return 0;
     }
     enum { N_TAB = 2048 };
+    /* rows of each arithmetic type: float for float32/16/bfloat16, double for float64 */
     static float c[N_TAB], s[N_TAB];
+    static double cd[N_TAB], sd[N_TAB];
     for (int i = 0; i < N_TAB; i++) {
         const double a = uniform() * 6.283185307179586, scale = i % 7 ? 1.0 : 1.3;
-        c[i] = i % 13 ? (float)(scale * cos(a)) : 1.0f;
-        s[i] = i % 13 ? (float)(scale * sin(a)) : 0.0f;
+        cd[i] = i % 13 ? scale * cos(a) : 1.0;
+        sd[i] = i % 13 ? scale * sin(a) : 0.0;
+        c[i] = (float)cd[i];
+        s[i] = (float)sd[i];
     }
     int64_t halves[80];
     int n_halves = 0;
@@ -201,7 +207,9 @@ int main(void)
                         for (int64_t xo = 0; xo < 32; xo += es)
                             for (int in_place = 0; in_place < 2; in_place++)
                                 one_case(dtype, layout, inverse, half, heads[hc][0], heads[hc][1],
-                                         heads[hc][2], xo, (xo / es * 5 % v) * es, in_place, c, s);
+                                         heads[hc][2], xo, (xo / es * 5 % v) * es, in_place,
+                                         dtype == ROPE_F64 ? (const void *)cd : c,
+                                         dtype == ROPE_F64 ? (const void *)sd : s);
                 }
         printf("%-8s %6ld cases, %ld mismatching\n", NAMES[dtype], n_cases - cases_before,
                n_fail - fails_before);

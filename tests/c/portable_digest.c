@@ -76,6 +76,11 @@ int main(void) {
         bigpos[i] = (int64_t)((i * 2246822519u) % 2147483647u) - (i % 5 == 0 ? 2147483000 : 0);
     }
     if (rope_cos_sin_range_f32(0, P, w, F, 1.0, c, s)) return 6;
+    {
+        static int64_t run[P];
+        for (int i = 0; i < P; i++) run[i] = i;
+        if (rope_cos_sin_f64(run, P, w, F, 1.0, cd, sd)) return 11;
+    }
     uint8_t maps[2][F];
     for (int i = 0; i < F; i++) {
         maps[0][i] = (uint8_t)(i < 16 ? 0 : i < 40 ? 1 : 2); /* contiguous sections */
@@ -101,7 +106,11 @@ int main(void) {
                 rope_tensor qkh[2] = {tensor(xh, yh, H), tensor(xkh, ykh, KH)};
                 if (rope_rotate(&op, qkh, 2, &a)) return 8;
                 mix(yh, sizeof yh); mix(ykh, sizeof ykh); mark(otf ? "sect_otf_bf16" : "sect_tab_bf16");
-                op.dtype = ROPE_F64;
+                op.dtype = ROPE_F64; /* float64 data reads float64 rows */
+                if (!otf) {
+                    a.cos_table = cd;
+                    a.sin_table = sd;
+                }
                 rope_tensor qkd[2] = {tensor(xd, yd, H), tensor(xkd, ykd, KH)};
                 if (rope_rotate(&op, qkd, 2, &a)) return 10;
                 mix(yd, sizeof yd); mix(ykd, sizeof ykd); mark(otf ? "sect_otf_f64" : "sect_tab_f64");

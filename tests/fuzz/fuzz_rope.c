@@ -425,7 +425,9 @@ static int contract(const rope_op *op, const rope_tensor *t, int n_tensors, cons
                 return 0;
     }
     if (a->cos_table) {
-        if (!a->sin_table || !aligned(a->cos_table, 4) || !aligned(a->sin_table, 4) || a->table_rows < 0)
+        /* rows of the arithmetic type: double for float64 data, else float */
+        const size_t ra = op->dtype == ROPE_F64 ? 8 : 4;
+        if (!a->sin_table || !aligned(a->cos_table, ra) || !aligned(a->sin_table, ra) || a->table_rows < 0)
             return 0;
     } else {
         if (a->sin_table || !a->inv_freq || !aligned(a->inv_freq, 8) || half > ROPE_MAX_OTF_HALF ||
@@ -681,13 +683,19 @@ static void fuzz_rotate(reader *r)
     const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
     const int64_t rows = table_rows > 0 ? table_rows : 0;
     const int64_t entries_read = (table_rows > 0 ? table_rows : 1) * (rotary_dim > 0 ? rotary_dim / 2 : 1);
-    float *cosb = xmalloc(sizeof(float) * (size_t)(rows * half));
-    float *sinb = xmalloc(sizeof(float) * (size_t)(rows * half));
+    /* rows of the call's arithmetic type: double for float64 data, else float */
+    const int wide = dtype == ROPE_F64;
+    const size_t rsize = wide ? sizeof(double) : sizeof(float);
+    void *cosb = xmalloc(rsize * (size_t)(rows * half));
+    void *sinb = xmalloc(rsize * (size_t)(rows * half));
     for (int64_t i = 0; i < entries_read; i++) {
         const float c = (float)take(r, 1) / 128.0f - 1.0f, s = (float)take(r, 1) / 128.0f - 1.0f;
-        if (i < rows * half) {
-            cosb[i] = c;
-            sinb[i] = s;
+        if (i < rows * half && wide) {
+            ((double *)cosb)[i] = c;
+            ((double *)sinb)[i] = s;
+        } else if (i < rows * half) {
+            ((float *)cosb)[i] = c;
+            ((float *)sinb)[i] = s;
         }
     }
     double w[96];
@@ -830,8 +838,8 @@ static void fuzz_rotate(reader *r)
         break;
     case 12: tensors[fk].out = (uint8_t *)tensors[fk].out + 1; break;
     case 13: angles.positions = (const int64_t *)(const void *)((const char *)pbase + 4); break;
-    case 14: if (angles.cos_table) angles.cos_table = (const float *)(const void *)((const char *)cosb + 1); break;
-    case 15: if (angles.sin_table) angles.sin_table = (const float *)(const void *)((const char *)sinb + 2); break;
+    case 14: if (angles.cos_table) angles.cos_table = (const char *)cosb + 1; break;
+    case 15: if (angles.sin_table) angles.sin_table = (const char *)sinb + 2; break;
     case 16: angles.inv_freq = (const double *)(const void *)((const char *)wb + 4); break;
     case 17: threads = -7; break;
     case 18: threads = 1000; break;
@@ -963,10 +971,20 @@ static void fuzz_big(reader *r)
     double *w = xmalloc(sizeof(double) * (size_t)half);
     for (int64_t i = 0; i < half; i++)
         w[i] = pow(10000.0, -2.0 * (double)i / (double)rotary_dim);
-    float *cos = xmalloc(sizeof(float) * (size_t)((seq + 1) * half));
-    float *sin = xmalloc(sizeof(float) * (size_t)((seq + 1) * half));
-    if (rope_cos_sin_range_f32(offset, seq + 1, w, half, 1.0, cos, sin) != ROPE_OK)
+    /* rows of the arithmetic type: double for float64 data, else float */
+    const size_t rsize = dtype == ROPE_F64 ? sizeof(double) : sizeof(float);
+    void *cos = xmalloc(rsize * (size_t)((seq + 1) * half));
+    void *sin = xmalloc(rsize * (size_t)((seq + 1) * half));
+    if (dtype == ROPE_F64) {
+        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)(seq + 1));
+        for (int64_t i = 0; i <= seq; i++)
+            run[i] = offset + i;
+        if (rope_cos_sin_f64(run, seq + 1, w, half, 1.0, cos, sin) != ROPE_OK)
+            abort();
+        free(run);
+    } else if (rope_cos_sin_range_f32(offset, seq + 1, w, half, 1.0, cos, sin) != ROPE_OK) {
         abort();
+    }
     rope_angles angles = {.source = source, .offset = offset, .positions = pos,
                           .strides = {seq, 1, batch * seq}, .n_components = nc, .pair_component = map,
                           .cos_table = otf ? NULL : cos, .sin_table = otf ? NULL : sin,
