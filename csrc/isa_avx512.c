@@ -1,0 +1,116 @@
+/* The AVX-512 entries of the instruction-set registry:
+ *   "avx512"     AVX-512 F, BW, VL and DQ (with AVX2, FMA, F16C), the OS
+ *                saving ZMM state;
+ *   "avx512bf16" the same plus AVX512_BF16, whose conversion instruction
+ *                narrows float32 to bfloat16 in one step.
+ * Each starts from the AVX2 kernels (a storage type or table without an
+ * AVX-512 kernel keeps its AVX2 one) and replaces what it does better. The
+ * kernels live in rotate_avx512_*.c; this file detects the CPU, names the
+ * kernels each entry replaces and holds the yardstick's 512-bit pass.
+ * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
+ * the specification (float32 arithmetic, one rounding on store), and
+ * nothing for the conversions F already has: no entry uses it. */
+#include "kernels.h"
+
+#ifdef ROPE_HAVE_X86
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "rotate_avx512.h"
+
+extern const rope_isa rope_isa_avx2; /* isa_avx2.c */
+
+/* Storage types with AVX-512 kernels rope_rot_{il,sh}_<sfx>_avx512, and
+ * those whose "avx512bf16" kernels are rope_rot_{il,sh}_<sfx>_avx512bf16. */
+#define ROPE_AVX512_TYPES(X)
+#define ROPE_AVX512BF16_TYPES(X)
+
+#define ROPE_DECLARE_ROT_(code, sfx, isa)                                      \
+    void rope_rot_il_##sfx##_##isa(ROPE_ROT_PARAMS);                           \
+    void rope_rot_sh_##sfx##_##isa(ROPE_ROT_PARAMS);
+#define ROPE_DECLARE_AVX512_(code, sfx) ROPE_DECLARE_ROT_(code, sfx, avx512)
+#define ROPE_DECLARE_AVX512BF16_(code, sfx) ROPE_DECLARE_ROT_(code, sfx, avx512bf16)
+ROPE_AVX512_TYPES(ROPE_DECLARE_AVX512_)
+ROPE_AVX512BF16_TYPES(ROPE_DECLARE_AVX512BF16_)
+
+/* CPUID leaf 7 bits and the XCR0 state the OS must save. */
+#define EBX7_AVX512F (1u << 16)
+#define EBX7_AVX512DQ (1u << 17)
+#define EBX7_AVX512BW (1u << 30)
+#define EBX7_AVX512VL (1u << 31)
+#define EAX7_1_AVX512BF16 (1u << 5)
+#define XCR0_ZMM 0xE6u /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
+
+static int avx512_supported(void)
+{
+    if (!rope_isa_avx2.supported())
+        return 0;
+    unsigned a, b, c, d, xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    (void)xhi;
+    if ((xlo & XCR0_ZMM) != XCR0_ZMM)
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned need = EBX7_AVX512F | EBX7_AVX512DQ | EBX7_AVX512BW | EBX7_AVX512VL;
+    return (b & need) == need;
+}
+
+static int avx512bf16_supported(void)
+{
+    if (!avx512_supported())
+        return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) /* no sub-leaf 1 */
+        return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a & EAX7_1_AVX512BF16) != 0;
+}
+
+/* The yardstick: 256 bytes per step, four 64-byte loads then four stores. */
+ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
+{
+    const __m512i m = _mm512_set1_epi32((int)mask);
+    int64_t i = 0;
+    for (; i + 256 <= n; i += 256) {
+        __m512i *v = (__m512i *)(p + i);
+        const __m512i a = _mm512_loadu_si512(v), b = _mm512_loadu_si512(v + 1);
+        const __m512i c = _mm512_loadu_si512(v + 2), d = _mm512_loadu_si512(v + 3);
+        _mm512_storeu_si512(v, _mm512_xor_si512(a, m));
+        _mm512_storeu_si512(v + 1, _mm512_xor_si512(b, m));
+        _mm512_storeu_si512(v + 2, _mm512_xor_si512(c, m));
+        _mm512_storeu_si512(v + 3, _mm512_xor_si512(d, m));
+    }
+    for (; i < n; i++)
+        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
+}
+
+#define ROPE_ROW_(code, sfx, isa)                                              \
+    k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_##isa;                \
+    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_##isa;
+#define ROPE_AVX512_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512)
+#define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
+
+static void avx512_override(rope_kernels *k)
+{
+    rope_isa_avx2.override(k);
+    ROPE_AVX512_TYPES(ROPE_AVX512_ROW_)
+    k->pass = pass_avx512;
+}
+
+static void avx512bf16_override(rope_kernels *k)
+{
+    avx512_override(k);
+    ROPE_AVX512BF16_TYPES(ROPE_AVX512BF16_ROW_)
+}
+
+const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, avx512_override};
+const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512bf16_supported, avx512bf16_override};
+
+#else
+
+static int avx512_supported(void) { return 0; }
+const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, NULL};
+const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512_supported, NULL};
+
+#endif

@@ -1,0 +1,24 @@
+/* Internal: what the AVX-512 rotation kernels (rotate_avx512_*.c, one file
+ * per storage type) share: the target attributes. The kernels are compiled
+ * for these targets by function attributes (no global -m flags) and called
+ * only after run-time detection (isa_avx512.c). Lane for lane they compute
+ * the scalar formula of pair.h, y0 = fma(x0, c, -(x1 * s)),
+ * y1 = fma(x1, c, x0 * s), so they match the scalar kernels bit for bit. */
+#ifndef PYROPE_ROTATE_AVX512_H
+#define PYROPE_ROTATE_AVX512_H
+
+#include "kernels.h"
+#include "pair.h"
+
+#ifdef ROPE_HAVE_X86
+#include <immintrin.h>
+
+/* AVX-512 F, BW, VL and DQ, with the AVX2/FMA/F16C they extend. */
+#define ROPE_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#define ROPE_AVX512 __attribute__((target(ROPE_AVX512_TARGET)))
+/* The same plus AVX512_BF16 (vcvtne2ps2bf16, vcvtneps2bf16). */
+#define ROPE_AVX512BF16 __attribute__((target(ROPE_AVX512_TARGET ",avx512bf16")))
+
+#endif /* ROPE_HAVE_X86 */
+
+#endif
