@@ -115,6 +115,14 @@ const rope_kernels *rope_active_kernels(void)
     return &g_tables[rope_get_isa()];
 }
 
+const rope_kernels *rope_isa_kernels(int isa)
+{
+    if (isa < 0 || isa >= N_ISA)
+        return NULL;
+    pthread_once(&g_tables_once, build_tables);
+    return &g_tables[isa];
+}
+
 /* ---- storage types ------------------------------------------------------- */
 
 #define ROPE_DTYPE_NAME_(code, sfx, T, A, name) [code] = name,

@@ -64,6 +64,10 @@ typedef struct {
 
 /* Kernels of the instruction set chosen now (dispatch.c). */
 const rope_kernels *rope_active_kernels(void);
+/* Kernel table of registry entry isa (NULL if out of range), whether or not
+ * this CPU can run it: for tests that compare every entry with the scalar
+ * one (check rope_isa_supported before calling its kernels). */
+const rope_kernels *rope_isa_kernels(int isa);
 
 /* Scalar kernels: the specification (rotate.c, table.c), one rotation
  * kernel per (layout, storage type): rope_rot_{il,sh}_<suffix>_scalar. */
