@@ -21,12 +21,16 @@ extern const rope_isa rope_isa_scalar;   /* below */
 extern const rope_isa rope_isa_avx2;     /* isa_avx2.c */
 extern const rope_isa rope_isa_avx512;       /* isa_avx512.c */
 extern const rope_isa rope_isa_avx512bf16;   /* isa_avx512.c */
+extern const rope_isa rope_isa_neon;         /* isa_neon.c */
+extern const rope_isa rope_isa_neonbf16;     /* isa_neon.c */
 
 static const rope_isa *const REGISTRY[] = {
     &rope_isa_scalar,
     &rope_isa_avx2,
     &rope_isa_avx512,
     &rope_isa_avx512bf16,
+    &rope_isa_neon,
+    &rope_isa_neonbf16,
 };
 #define N_ISA ((int)(sizeof REGISTRY / sizeof REGISTRY[0]))
 

@@ -1,0 +1,83 @@
+/* The NEON entries of the instruction-set registry:
+ *   "neon"      AdvSIMD, architectural on aarch64 (ARMv8.0, with fused
+ *               multiply-add and the float16 conversions): always there;
+ *   "neonbf16"  the same plus FEAT_BF16, whose BFCVTN narrows float32 to
+ *               bfloat16 in one instruction (Linux: HWCAP2_BF16).
+ * The kernels live in rotate_neon_*.c (bit-identical to the scalar ones;
+ * rotate_neon.h); this file detects the CPU, names the kernels each entry
+ * replaces and holds the yardstick's NEON pass. Both entries are defined on
+ * every platform; elsewhere they are not supported. The cos/sin tables stay
+ * scalar. */
+#include "rotate_neon.h"
+
+#ifdef ROPE_HAVE_NEON
+#if defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+#endif
+
+#define ROPE_NEON_TYPES(X) X(ROPE_F32, f32) X(ROPE_F16, f16) X(ROPE_BF16, bf16) X(ROPE_F64, f64)
+#define ROPE_DECLARE_NEON_ROT_(code, sfx)                                      \
+    void rope_rot_il_##sfx##_neon(ROPE_ROT_PARAMS);                            \
+    void rope_rot_sh_##sfx##_neon(ROPE_ROT_PARAMS);
+ROPE_NEON_TYPES(ROPE_DECLARE_NEON_ROT_)
+void rope_rot_il_bf16_neonbf16(ROPE_ROT_PARAMS);
+void rope_rot_sh_bf16_neonbf16(ROPE_ROT_PARAMS);
+
+static int neon_supported(void) { return 1; }
+
+static int neonbf16_supported(void)
+{
+#if defined(__linux__)
+    return (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#else
+    return 0; /* no detection written for other systems */
+#endif
+}
+
+/* The yardstick: 64 bytes per step, four 16-byte loads then four stores. */
+static void pass_neon(unsigned char *p, int64_t n, uint32_t mask)
+{
+    const uint8x16_t m = vreinterpretq_u8_u32(vdupq_n_u32(mask));
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const uint8x16_t a = vld1q_u8(p + i), b = vld1q_u8(p + i + 16);
+        const uint8x16_t c = vld1q_u8(p + i + 32), d = vld1q_u8(p + i + 48);
+        vst1q_u8(p + i, veorq_u8(a, m));
+        vst1q_u8(p + i + 16, veorq_u8(b, m));
+        vst1q_u8(p + i + 32, veorq_u8(c, m));
+        vst1q_u8(p + i + 48, veorq_u8(d, m));
+    }
+    for (; i < n; i++)
+        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
+}
+
+#define ROPE_NEON_ROW_(code, sfx)                                              \
+    k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_neon;                 \
+    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_neon;
+
+static void neon_override(rope_kernels *k)
+{
+    ROPE_NEON_TYPES(ROPE_NEON_ROW_)
+    k->pass = pass_neon;
+}
+
+static void neonbf16_override(rope_kernels *k)
+{
+    neon_override(k);
+    k->rot[ROPE_BF16][ROPE_INTERLEAVED] = rope_rot_il_bf16_neonbf16;
+    k->rot[ROPE_BF16][ROPE_SPLIT_HALF] = rope_rot_sh_bf16_neonbf16;
+}
+
+const rope_isa rope_isa_neon = {"neon", neon_supported, neon_override};
+const rope_isa rope_isa_neonbf16 = {"neonbf16", neonbf16_supported, neonbf16_override};
+
+#else
+
+static int neon_supported(void) { return 0; }
+const rope_isa rope_isa_neon = {"neon", neon_supported, NULL};
+const rope_isa rope_isa_neonbf16 = {"neonbf16", neon_supported, NULL};
+
+#endif
