@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-aarch64 clean
+.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -72,16 +72,37 @@ tsan:
 	  tests/c/threads_race.c csrc/*.c -lm -lpthread -o build/threads_race
 	TSAN_OPTIONS=halt_on_error=1 build/threads_race
 
-# The scalar kernels on another architecture: build tests/c/portable_digest.c
-# natively and for aarch64 (cross gcc, run under qemu-user) and require the
-# same digests, i.e. bit-identical tables and rotations.
+# Every SIMD rotation kernel this machine can run (each registry entry it
+# supports: AVX2 and AVX-512 here) against the scalar kernels, bit for bit,
+# called directly: tests/c/kernels_identical.c.
+KERNEL_CFLAGS = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-math-errno -pthread -Icsrc
+check-kernels:
+	mkdir -p build
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
+	build/kernels_identical
+
+# The C core on aarch64 (cross gcc, static, run under qemu-user): the whole
+# of csrc/ must build warning-free; tests/c/portable_digest.c built natively
+# and for aarch64 must print the same digests (the scalar kernels and tables
+# bit-identical across architectures); tests/c/kernels_identical.c checks
+# every NEON kernel against the scalar one there, on qemu's "max" CPU, which
+# has FEAT_BF16, so the "neonbf16" entry runs too (a CPU without it, the
+# Cortex-A72, must not offer that entry).
+A64_CC = aarch64-linux-gnu-gcc
 check-aarch64:
-	command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
+	command -v $(A64_CC) >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
 	mkdir -p build
 	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
-	aarch64-linux-gnu-gcc -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
+	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
 	  -lm -lpthread -static -o build/digest_aarch64
+	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c csrc/*.c -lm -static \
+	  -o build/kernels_identical_aarch64
 	build/digest_native > build/digest_native.txt
 	qemu-aarch64 build/digest_aarch64 > build/digest_aarch64.txt
 	diff build/digest_native.txt build/digest_aarch64.txt && echo "aarch64 scalar kernels: bit-identical to $$(uname -m)"
+	test "$$(qemu-aarch64 -cpu cortex-a72 build/kernels_identical_aarch64 --isas | tr '\n' ' ')" = "scalar neon " || \
+	  (echo "Cortex-A72: expected the entries scalar and neon only"; exit 1)
+	test "$$(qemu-aarch64 -cpu max build/kernels_identical_aarch64 --isas | tr '\n' ' ')" = "scalar neon neonbf16 " || \
+	  (echo "qemu's max CPU: expected the entries scalar, neon and neonbf16"; exit 1)
+	qemu-aarch64 -cpu max build/kernels_identical_aarch64
