@@ -128,10 +128,10 @@ ROPE_NEON_INLINE uint32x4_t rope_neon_bf16_round(float32x4_t v)
  * with fixed offsets and the tests for the last pairs go. */
 #define ROPE_NEON_SPLIT_HEADS(T, LD8, ST8, LD4, ST4, PAIR, INV)                      \
     do {                                                                             \
-        const T *x = (const T *)xv;                                                  \
-        T *y = (T *)yv;                                                              \
         if (half == 64) {                                                            \
-            for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {            \
+            for (int64_t h = 0; h < n_heads; h++) {                                  \
+                const T *x = (const T *)xv + h * x_sh;                               \
+                T *y = (T *)yv + h * y_sh;                                           \
                 const int64_t half = 64; /* a constant for the compiler */           \
                 _Pragma("GCC unroll 4")                                              \
                 for (int64_t i = 0; i < 64; i += 16) {                               \
@@ -140,8 +140,11 @@ ROPE_NEON_INLINE uint32x4_t rope_neon_bf16_round(float32x4_t v)
                 }                                                                    \
             }                                                                        \
         } else {                                                                     \
-            for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh)              \
+            for (int64_t h = 0; h < n_heads; h++) {                                  \
+                const T *x = (const T *)xv + h * x_sh;                               \
+                T *y = (T *)yv + h * y_sh;                                           \
                 ROPE_NEON_SPLIT_HEAD(LD8, ST8, LD4, ST4, PAIR, INV);                 \
+            }                                                                        \
         }                                                                            \
     } while (0)
 

@@ -108,19 +108,22 @@ void rope_rot_il_bf16_neon(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
 
 /* ---- "neonbf16": BFCVTN -------------------------------------------------- */
 
-ROPE_NEON_BF16 static inline void st8_bfcvt(uint16_t *p, float32x4_t a, float32x4_t b)
-{
-    vst1q_u16(p, vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(a), b)));
-}
 ROPE_NEON_BF16 static inline void st4_bfcvt(uint16_t *p, float32x4_t v)
 {
     vst1_u16(p, vreinterpret_u16_bf16(vcvt_bf16_f32(v)));
 }
+ROPE_NEON_BF16 static inline uint16x8_t narrow8_bfcvt(float32x4_t a, float32x4_t b)
+{
+    return vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(a), b));
+}
+ROPE_NEON_BF16 static inline void st8_bfcvt(uint16_t *p, float32x4_t a, float32x4_t b)
+{
+    vst1q_u16(p, narrow8_bfcvt(a, b));
+}
 ROPE_NEON_BF16 static inline void st_pairs8_bfcvt(uint16_t *p, float32x4_t y0a, float32x4_t y1a,
                                                    float32x4_t y0b, float32x4_t y1b)
 {
-    const uint16x8x2_t r = {{vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(y0a), y0b)),
-                             vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(y1a), y1b))}};
+    const uint16x8x2_t r = {{narrow8_bfcvt(y0a, y0b), narrow8_bfcvt(y1a, y1b)}};
     vst2q_u16(p, r);
 }
 ROPE_NEON_BF16 static inline void st_pairs_bfcvt(uint16_t *p, float32x4_t y0, float32x4_t y1)
