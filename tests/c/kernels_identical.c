@@ -4,11 +4,12 @@
  * types, both layouts, both directions, half = 1..70 and longer heads (the
  * vector steps' tails, the 512-pair stack chunks), in place and not, x and y
  * at every element-aligned offset within 64 bytes, one head, many heads back
- * to back, heads with gaps, NaN/Inf/subnormal inputs. Whole buffers are
- * compared byte for byte, gaps included, and 64 guard bytes before and after
- * each buffer must be left alone. A kernel shared by several entries (one
- * that an entry keeps from another) is run once. Each entry's yardstick
- * pass is compared with the scalar pass the same way.
+ * to back, heads with gaps, heads in reverse order, NaN/Inf/subnormal
+ * inputs. Whole buffers are compared byte for byte, gaps included, and 64
+ * guard bytes before and after each buffer must be left alone. A kernel
+ * shared by several entries (one that an entry keeps from another) is run
+ * once. Each entry's yardstick pass is compared with the scalar pass the
+ * same way.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
  *      tests/c/kernels_identical.c csrc/[a-z]*.c -lm -o build/kernels_identical
@@ -230,8 +231,13 @@ static int guards_ok(int b, int64_t off, int64_t n)
     return memcmp(w + GUARD + off + n, guard, GUARD) == 0;
 }
 
-/* Elements of a buffer of n_heads heads sh apart: the heads and their gaps. */
-static int64_t span(int64_t n_heads, int64_t sh, int64_t half) { return (n_heads - 1) * sh + 2 * half; }
+/* Elements of a buffer of n_heads heads sh apart: the heads and their gaps;
+ * with sh < 0 the kernel's first head is the buffer's last. */
+static int64_t span(int64_t n_heads, int64_t sh, int64_t half)
+{
+    return (n_heads - 1) * (sh < 0 ? -sh : sh) + 2 * half;
+}
+static int64_t first_head(int64_t n_heads, int64_t sh) { return sh < 0 ? (n_heads - 1) * -sh : 0; }
 
 static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n_heads,
                      int64_t x_sh, int64_t y_sh, int64_t x_off, int64_t y_off, int in_place,
@@ -266,7 +272,9 @@ static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n
         lay(0, x_off, init[0], nx * es);
         lay(1, y_off, init[1], ny * es);
         unsigned char *x = work[0] + GUARD + x_off, *y = in_place ? x : work[1] + GUARD + y_off;
-        runs[r](x, y, x_sh, in_place ? x_sh : y_sh, n_heads, c, s, half, inverse);
+        const int64_t ysh = in_place ? x_sh : y_sh;
+        runs[r](x + first_head(n_heads, x_sh) * es, y + first_head(n_heads, ysh) * es, x_sh, ysh,
+                n_heads, c, s, half, inverse);
         if ((!guards_ok(0, x_off, nx * es) || !guards_ok(1, y_off, ny * es)) && n_guard_fail++ < 20)
             printf("GUARD BYTES WRITTEN by the %s kernel: %s %s half=%lld heads=%lld x_off=%lld "
                    "y_off=%lld %s\n",
@@ -385,10 +393,12 @@ int main(int argc, char **argv)
                 for (int hi = 0; hi < n_halves; hi++) {
                     const int64_t half = halves[hi], d = 2 * half;
                     /* heads, x_sh, y_sh: one; back to back (full rotary); gaps of
-                     * odd sizes; gaps that keep heads 32-byte aligned */
-                    const int64_t heads[4][3] = {{1, d, d}, {32, d, d}, {3, d + 5, d + 1},
-                                                 {4, (d + 1 + v - 1) / v * v, (d + 1 + v - 1) / v * v + v}};
-                    for (int hc = 0; hc < 4; hc++)
+                     * odd sizes; gaps that keep heads 32-byte aligned; heads in
+                     * reverse order (negative strides) */
+                    const int64_t heads[5][3] = {{1, d, d}, {32, d, d}, {3, d + 5, d + 1},
+                                                 {4, (d + 1 + v - 1) / v * v, (d + 1 + v - 1) / v * v + v},
+                                                 {3, -(d + 3), -(d + 1)}};
+                    for (int hc = 0; hc < 5; hc++)
                         for (int64_t xo = 0; xo < MAX_OFF; xo += es)
                             for (int in_place = 0; in_place < 2; in_place++, cases++)
                                 one_case(dtype, layout, inverse, half, heads[hc][0], heads[hc][1],
