@@ -1,0 +1,223 @@
+/* AVX-512 rotation kernels for float16 storage (rotate_avx512.h says what
+ * the AVX-512 kernels share).
+ *
+ * Conversions: 512-bit vcvtph2ps (exact) and vcvtps2ph in register form
+ * with round to nearest even (the memory form is slower on Zen 4), the same
+ * rounding as F16C and convert.h. 16 lanes per vector, so a head of 128
+ * (half 64) is eight vectors.
+ *   split half:  x0 = 16 pairs' first elements, x1 = their partners, against
+ *                the cos/sin row as stored;
+ *   interleaved: the vector as loaded ([x0 x1 x0 x1 ...], 8 pairs), y =
+ *                fmaddsub(v, c', swap(v) * s') with the row duplicated once
+ *                per token (c' = [c0 c0 c1 c1 ...]).
+ * With half 64 the token's row (split: 4 + 4 vectors, interleaved
+ * duplicated: 8 + 8) stays in registers across its heads; other lengths
+ * read it per step (interleaved: duplicated on the stack per chunk of
+ * pairs) and the last pairs of a head use masked loads and stores, which
+ * touch no memory outside the pairs. The inverse rotation negates sin once
+ * per token: x1 * (-s) = -(x1 * s) exactly, so the scalar roundings hold.
+ *
+ * float16 is bound by the conversions on Zen 4: both run on the two
+ * floating-point add/convert pipes, at about 1.3-1.4 cycles per 512-bit
+ * conversion (measured), against about 0.8 for a 256-bit one, so 512 bits
+ * save only ~20% of the conversion time of the AVX2 kernels. */
+#include "rotate_avx512.h"
+
+#ifdef ROPE_HAVE_X86
+
+#define F16_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+
+/* ---- loads and stores: 16 and 8 lanes, whole and masked --------------------- */
+
+ROPE_AVX512 static inline __m512 ld16_f16(const uint16_t *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+ROPE_AVX512 static inline __m512 ld16m_f16(const uint16_t *p, __mmask16 m)
+{
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+ROPE_AVX512 static inline void st16_f16(uint16_t *p, __m512 v)
+{
+    __m256i h = _mm512_cvtps_ph(v, F16_RNE);
+    ROPE_ZMM_IN_REGISTER(h); /* register form, then a plain store */
+    _mm256_storeu_si256((__m256i *)p, h);
+}
+ROPE_AVX512 static inline void st16m_f16(uint16_t *p, __mmask16 m, __m512 v)
+{
+    __m256i h = _mm512_cvtps_ph(v, F16_RNE);
+    ROPE_ZMM_IN_REGISTER(h);
+    _mm256_mask_storeu_epi16(p, m, h);
+}
+
+ROPE_AVX512 static inline __m256 ld8_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+ROPE_AVX512 static inline __m256 ld8m_f16(const uint16_t *p, __mmask8 m)
+{
+    return _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, p));
+}
+ROPE_AVX512 static inline void st8_f16(uint16_t *p, __m256 v)
+{
+    __m128i h = _mm256_cvtps_ph(v, F16_RNE);
+    ROPE_ZMM_IN_REGISTER(h);
+    _mm_storeu_si128((__m128i *)p, h);
+}
+ROPE_AVX512 static inline void st8m_f16(uint16_t *p, __mmask8 m, __m256 v)
+{
+    __m128i h = _mm256_cvtps_ph(v, F16_RNE);
+    ROPE_ZMM_IN_REGISTER(h);
+    _mm_mask_storeu_epi16(p, m, h);
+}
+
+/* ---- split half ------------------------------------------------------------ */
+
+/* 16 pairs at i (x0) and i + half (x1), as two sets of 8: four independent
+ * conversions in, four out, per step. s carries the inverse sign. */
+#define SH_STEP16(x, y, i, half, sign)                                               \
+    do {                                                                             \
+        const __m256 ca = _mm256_loadu_ps(cos + (i)), cb = _mm256_loadu_ps(cos + (i) + 8); \
+        const __m256 sa = _mm256_xor_ps(_mm256_loadu_ps(sin + (i)), sign);          \
+        const __m256 sb = _mm256_xor_ps(_mm256_loadu_ps(sin + (i) + 8), sign);      \
+        const __m256 x0a = ld8_f16((x) + (i)), x0b = ld8_f16((x) + (i) + 8);         \
+        const __m256 x1a = ld8_f16((x) + (i) + (half)), x1b = ld8_f16((x) + (i) + (half) + 8); \
+        st8_f16((y) + (i), _mm256_fmsub_ps(x0a, ca, _mm256_mul_ps(x1a, sa)));        \
+        st8_f16((y) + (i) + 8, _mm256_fmsub_ps(x0b, cb, _mm256_mul_ps(x1b, sb)));    \
+        st8_f16((y) + (i) + (half), _mm256_fmadd_ps(x1a, ca, _mm256_mul_ps(x0a, sa))); \
+        st8_f16((y) + (i) + (half) + 8, _mm256_fmadd_ps(x1b, cb, _mm256_mul_ps(x0b, sb))); \
+    } while (0)
+
+/* Any half: 16-pair steps, then up to two masked 8-pair steps. */
+ROPE_AVX512 static void sh_f16_any(const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh,
+                                   int64_t n_heads, const float *cos, const float *sin,
+                                   int64_t half, __m256 sign)
+{
+    const int64_t n16 = half & ~(int64_t)15;
+    const int64_t r = half - n16;  /* 0..15 pairs left */
+    const __mmask8 ma = (__mmask8)(r >= 8 ? 0xFF : (1u << r) - 1u);
+    const __mmask8 mb = (__mmask8)(r > 8 ? (1u << (r - 8)) - 1u : 0u);
+    for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
+        for (int64_t i = 0; i < n16; i += 16)
+            SH_STEP16(x, y, i, half, sign);
+        for (int k = 0; k < 2; k++) {
+            const __mmask8 m = k ? mb : ma;
+            const int64_t i = n16 + 8 * k;
+            if (!m)
+                break;
+            const __m256 c = _mm256_maskz_loadu_ps(m, cos + i);
+            const __m256 s = _mm256_xor_ps(_mm256_maskz_loadu_ps(m, sin + i), sign);
+            const __m256 x0 = ld8m_f16(x + i, m), x1 = ld8m_f16(x + i + half, m);
+            st8m_f16(y + i, m, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+            st8m_f16(y + i + half, m, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));
+        }
+    }
+}
+
+/* half == 64 (head_dim 128): each head's four steps unrolled. */
+ROPE_AVX512 static void sh_f16_64(const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh,
+                                  int64_t n_heads, const float *cos, const float *sin, __m256 sign)
+{
+    for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
+        SH_STEP16(x, y, 0, 64, sign);
+        SH_STEP16(x, y, 16, 64, sign);
+        SH_STEP16(x, y, 32, 64, sign);
+        SH_STEP16(x, y, 48, 64, sign);
+    }
+}
+
+ROPE_AVX512 void rope_rot_sh_f16_avx512(ROPE_ROT_PARAMS)
+{
+    const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);
+    if (half == 64)
+        sh_f16_64((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
+                  (const float *)sin, sign);
+    else
+        sh_f16_any((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
+                   (const float *)sin, half, sign);
+}
+
+/* ---- interleaved ----------------------------------------------------------- */
+
+/* 8 pairs as loaded: even lanes x0*c - x1*s, odd lanes x1*c + x0*s, with c
+ * and s duplicated per pair (s carrying the inverse sign). */
+ROPE_AVX512 static inline __m512 il_rot8(__m512 v, __m512 c, __m512 s)
+{
+    const __m512 w = _mm512_permute_ps(v, 0xB1); /* x1 x0 x1 x0 ... */
+    return _mm512_fmaddsub_ps(v, c, _mm512_mul_ps(w, s));
+}
+
+/* [c0 c0 c1 c1 .. c7 c7] and [c8 c8 .. c15 c15] from 16 entries. */
+ROPE_AVX512 static inline __m512 dup_lo(__m512 c)
+{
+    return _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), c);
+}
+ROPE_AVX512 static inline __m512 dup_hi(__m512 c)
+{
+    return _mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), c);
+}
+
+/* Any half: the row duplicated on the stack, IL_CHUNK512 pairs at a time;
+ * 8-pair steps, then the last pairs masked. */
+ROPE_AVX512 static void il_f16_any(const uint16_t *xv, uint16_t *yv, int64_t x_sh, int64_t y_sh,
+                                   int64_t n_heads, const float *cos, const float *sin,
+                                   int64_t half, __m512 sign)
+{
+    float cc[2 * ROPE_AVX512_CHUNK], ss[2 * ROPE_AVX512_CHUNK];
+    for (int64_t i0 = 0; i0 < half; i0 += ROPE_AVX512_CHUNK) {
+        const int64_t n = half - i0 < ROPE_AVX512_CHUNK ? half - i0 : ROPE_AVX512_CHUNK;
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1u);
+            const __m512 c = _mm512_maskz_loadu_ps(m, cos + i0 + i);
+            const __m512 s = _mm512_xor_ps(_mm512_maskz_loadu_ps(m, sin + i0 + i), sign);
+            _mm512_storeu_ps(cc + 2 * i, dup_lo(c));
+            _mm512_storeu_ps(cc + 2 * i + 16, dup_hi(c));
+            _mm512_storeu_ps(ss + 2 * i, dup_lo(s));
+            _mm512_storeu_ps(ss + 2 * i + 16, dup_hi(s));
+        }
+        const int64_t n8 = 2 * (n & ~(int64_t)7);                  /* elements in whole steps */
+        const __mmask16 m = (__mmask16)((1u << (2 * (n & 7))) - 1u); /* the last pairs */
+        const uint16_t *x = xv + 2 * i0;
+        uint16_t *y = yv + 2 * i0;
+        for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
+            for (int64_t j = 0; j < n8; j += 16)
+                st16_f16(y + j, il_rot8(ld16_f16(x + j), _mm512_loadu_ps(cc + j), _mm512_loadu_ps(ss + j)));
+            if (m)
+                st16m_f16(y + n8, m, il_rot8(ld16m_f16(x + n8, m), _mm512_loadu_ps(cc + n8),
+                                             _mm512_loadu_ps(ss + n8)));
+        }
+    }
+}
+
+/* half == 64: the duplicated row in 16 registers, each head unrolled. */
+ROPE_AVX512 static void il_f16_64(const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh,
+                                  int64_t n_heads, const float *cos, const float *sin, __m512 sign)
+{
+    __m512 c[8], s[8];
+    for (int g = 0; g < 4; g++) {
+        const __m512 cg = _mm512_loadu_ps(cos + 16 * g);
+        const __m512 sg = _mm512_xor_ps(_mm512_loadu_ps(sin + 16 * g), sign);
+        c[2 * g] = dup_lo(cg);
+        c[2 * g + 1] = dup_hi(cg);
+        s[2 * g] = dup_lo(sg);
+        s[2 * g + 1] = dup_hi(sg);
+    }
+    for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
+        _Pragma("GCC unroll 8")
+        for (int k = 0; k < 8; k++)
+            st16_f16(y + 16 * k, il_rot8(ld16_f16(x + 16 * k), c[k], s[k]));
+    }
+}
+
+ROPE_AVX512 void rope_rot_il_f16_avx512(ROPE_ROT_PARAMS)
+{
+    const __m512 sign = _mm512_set1_ps(inverse ? -0.0f : 0.0f);
+    if (half == 64)
+        il_f16_64((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
+                  (const float *)sin, sign);
+    else
+        il_f16_any((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
+                   (const float *)sin, half, sign);
+}
+
+#endif
