@@ -74,67 +74,66 @@ ROPE_AVX512 static inline void st8m_f16(uint16_t *p, __mmask8 m, __m256 v)
 /* ---- split half ------------------------------------------------------------ */
 
 /* 16 pairs at i (x0) and i + half (x1), as two sets of 8: four independent
- * conversions in, four out, per step. s carries the inverse sign. */
-#define SH_STEP16(x, y, i, half, sign)                                               \
+ * conversions in, four out, per step. FM0/FM1: fmsub/fmadd forward,
+ * fmadd/fmsub inverse (x1 * -s = -(x1 * s) exactly: the scalar roundings). */
+#define SH_STEP16(FM0, FM1, x, y, i, half)                                           \
     do {                                                                             \
         const __m256 ca = _mm256_loadu_ps(cos + (i)), cb = _mm256_loadu_ps(cos + (i) + 8); \
-        const __m256 sa = _mm256_xor_ps(_mm256_loadu_ps(sin + (i)), sign);          \
-        const __m256 sb = _mm256_xor_ps(_mm256_loadu_ps(sin + (i) + 8), sign);      \
+        const __m256 sa = _mm256_loadu_ps(sin + (i)), sb = _mm256_loadu_ps(sin + (i) + 8); \
         const __m256 x0a = ld8_f16((x) + (i)), x0b = ld8_f16((x) + (i) + 8);         \
         const __m256 x1a = ld8_f16((x) + (i) + (half)), x1b = ld8_f16((x) + (i) + (half) + 8); \
-        st8_f16((y) + (i), _mm256_fmsub_ps(x0a, ca, _mm256_mul_ps(x1a, sa)));        \
-        st8_f16((y) + (i) + 8, _mm256_fmsub_ps(x0b, cb, _mm256_mul_ps(x1b, sb)));    \
-        st8_f16((y) + (i) + (half), _mm256_fmadd_ps(x1a, ca, _mm256_mul_ps(x0a, sa))); \
-        st8_f16((y) + (i) + (half) + 8, _mm256_fmadd_ps(x1b, cb, _mm256_mul_ps(x0b, sb))); \
+        st8_f16((y) + (i), FM0(x0a, ca, _mm256_mul_ps(x1a, sa)));                    \
+        st8_f16((y) + (i) + 8, FM0(x0b, cb, _mm256_mul_ps(x1b, sb)));                \
+        st8_f16((y) + (i) + (half), FM1(x1a, ca, _mm256_mul_ps(x0a, sa)));           \
+        st8_f16((y) + (i) + (half) + 8, FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));       \
     } while (0)
 
-/* Any half: 16-pair steps, then up to two masked 8-pair steps. */
-ROPE_AVX512 static void sh_f16_any(const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh,
-                                   int64_t n_heads, const float *cos, const float *sin,
-                                   int64_t half, __m256 sign)
+/* Up to 8 pairs at i, masked to m. */
+#define SH_STEP8M(FM0, FM1, x, y, i, half, m)                                        \
+    do {                                                                             \
+        const __m256 c = _mm256_maskz_loadu_ps(m, cos + (i));                        \
+        const __m256 s = _mm256_maskz_loadu_ps(m, sin + (i));                        \
+        const __m256 x0 = ld8m_f16((x) + (i), m), x1 = ld8m_f16((x) + (i) + (half), m); \
+        st8m_f16((y) + (i), m, FM0(x0, c, _mm256_mul_ps(x1, s)));                    \
+        st8m_f16((y) + (i) + (half), m, FM1(x1, c, _mm256_mul_ps(x0, s)));           \
+    } while (0)
+
+/* Every head, one direction: 16-pair steps (all four unrolled for half 64,
+ * the common case), then the last pairs in up to two masked steps of 8. */
+#define SH_HEADS(FM0, FM1)                                                           \
+    if (half == 64) {                                                                \
+        for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
+            SH_STEP16(FM0, FM1, x, y, 0, 64);                                        \
+            SH_STEP16(FM0, FM1, x, y, 16, 64);                                       \
+            SH_STEP16(FM0, FM1, x, y, 32, 64);                                       \
+            SH_STEP16(FM0, FM1, x, y, 48, 64);                                       \
+        }                                                                            \
+    } else {                                                                         \
+        for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
+            for (int64_t i = 0; i < n16; i += 16)                                    \
+                SH_STEP16(FM0, FM1, x, y, i, half);                                  \
+            if (ma)                                                                  \
+                SH_STEP8M(FM0, FM1, x, y, n16, half, ma);                            \
+            if (mb)                                                                  \
+                SH_STEP8M(FM0, FM1, x, y, n16 + 8, half, mb);                        \
+        }                                                                            \
+    }
+
+ROPE_AVX512 void rope_rot_sh_f16_avx512(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
+                                       int64_t n_heads, const void *cosv, const void *sinv,
+                                       int64_t half, int inverse)
 {
+    const uint16_t *x = (const uint16_t *)xv;
+    uint16_t *y = (uint16_t *)yv;
+    const float *cos = (const float *)cosv, *sin = (const float *)sinv;
     const int64_t n16 = half & ~(int64_t)15;
-    const int64_t r = half - n16;  /* 0..15 pairs left */
-    const __mmask8 ma = (__mmask8)(r >= 8 ? 0xFF : (1u << r) - 1u);
+    const int64_t r = half - n16; /* 0..15 pairs left */
+    const __mmask8 ma = (__mmask8)(r >= 8 ? 0xFFu : (1u << r) - 1u);
     const __mmask8 mb = (__mmask8)(r > 8 ? (1u << (r - 8)) - 1u : 0u);
-    for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
-        for (int64_t i = 0; i < n16; i += 16)
-            SH_STEP16(x, y, i, half, sign);
-        for (int k = 0; k < 2; k++) {
-            const __mmask8 m = k ? mb : ma;
-            const int64_t i = n16 + 8 * k;
-            if (!m)
-                break;
-            const __m256 c = _mm256_maskz_loadu_ps(m, cos + i);
-            const __m256 s = _mm256_xor_ps(_mm256_maskz_loadu_ps(m, sin + i), sign);
-            const __m256 x0 = ld8m_f16(x + i, m), x1 = ld8m_f16(x + i + half, m);
-            st8m_f16(y + i, m, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
-            st8m_f16(y + i + half, m, _mm256_fmadd_ps(x1, c, _mm256_mul_ps(x0, s)));
-        }
-    }
-}
-
-/* half == 64 (head_dim 128): each head's four steps unrolled. */
-ROPE_AVX512 static void sh_f16_64(const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh,
-                                  int64_t n_heads, const float *cos, const float *sin, __m256 sign)
-{
-    for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {
-        SH_STEP16(x, y, 0, 64, sign);
-        SH_STEP16(x, y, 16, 64, sign);
-        SH_STEP16(x, y, 32, 64, sign);
-        SH_STEP16(x, y, 48, 64, sign);
-    }
-}
-
-ROPE_AVX512 void rope_rot_sh_f16_avx512(ROPE_ROT_PARAMS)
-{
-    const __m256 sign = _mm256_set1_ps(inverse ? -0.0f : 0.0f);
-    if (half == 64)
-        sh_f16_64((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
-                  (const float *)sin, sign);
-    else
-        sh_f16_any((const uint16_t *)x, (uint16_t *)y, x_sh, y_sh, n_heads, (const float *)cos,
-                   (const float *)sin, half, sign);
+    if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+        SH_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
+    else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */
+        SH_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
 }
 
 /* ---- interleaved ----------------------------------------------------------- */
