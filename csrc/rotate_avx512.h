@@ -26,9 +26,9 @@
  * slower on Zen 4, measured). */
 #define ROPE_ZMM_IN_REGISTER(v) __asm__("" : "+v"(v))
 
-/* Pairs per chunk of a token's row rearranged on the stack (duplicated or
- * split into even and odd entries) by the kernels for lengths other than
- * the ones kept in registers. */
+/* Pairs per chunk of a token's row duplicated on the stack ([c0 c0 c1 c1
+ * ...]) by the interleaved float16 kernel for lengths it does not keep in
+ * registers. */
 #define ROPE_AVX512_CHUNK 512
 
 #endif /* ROPE_HAVE_X86 */

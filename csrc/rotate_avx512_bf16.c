@@ -2,33 +2,41 @@
  * the AVX-512 kernels share), for the "avx512" entry (integer rounding) and
  * the "avx512bf16" entry (vcvtne2ps2bf16).
  *
- * Both layouts work on 32-bit lanes holding two bfloat16 values: shifting a
- * lane left by 16 gives its low value as float32, masking off the low half
- * gives its high value (widening is exact, no shuffles). Interleaved, a lane
- * is one pair (x0 low, x1 high), 16 pairs per vector against the cos/sin row
- * as stored. Split half, a lane holds pairs i and i+1 of x0 (and of x1 in
- * the vector half a head further), 32 pairs per two vectors, against the row
- * split once per token into its even and odd entries. Narrowing puts the
- * low results back in the low halves and the high results in the high ones:
- *   "avx512":     (u + 0x7FFF + lsb) >> 16 on the bits, as convert.h, and a
- *                 word blend;
- *   "avx512bf16": vcvtne2ps2bf16 of the two result vectors and one word
- *                 permute. That instruction treats float32 subnormals as
- *                 zero (documented, and measured on Zen 4: 0x007FFFFF
- *                 gives 0x0000 where round to nearest even gives 0x0080), so
- *                 any zero word in its output (a zero or subnormal float32:
- *                 a normal one never rounds to zero) sends those two vectors
- *                 to the integer rounding: one test per 32 results, and
- *                 bit-identical to the scalar kernel. Its NaNs are the
- *                 input's top bits, quieted: the same bits as the integer
- *                 rounding for the NaNs a rotation makes from bfloat16 data
- *                 and finite rows (convert.h); a token whose cos/sin row
- *                 holds a NaN (a caller's table) takes the "avx512" kernel.
- * With half 64 the token's row (8 vectors) stays in registers across its
- * heads; other lengths read it per step (split half: rearranged on the stack
- * per chunk of pairs), and the last pairs of a head use masked loads and
- * stores, which touch no memory outside the pairs. The inverse rotation
- * negates sin once per token (x1 * (-s) = -(x1 * s) exactly). */
+ * Widening is exact and needs no conversion instruction:
+ *   interleaved: a 32-bit lane is one pair (x0 low, x1 high): shifting it
+ *                left by 16 gives x0 as float32, masking off the low half
+ *                gives x1; 16 pairs per vector against the row as stored;
+ *   split half:  32 pairs per step, x0 and x1 vectors widened in memory
+ *                order (one word permute per 16 elements, zeroing the low
+ *                halves), against the row as stored.
+ * Narrowing:
+ *   "avx512":     (u + 0x7FFF + lsb) >> 16 on the bits, as convert.h, the
+ *                 0x7FFF + lsb formed without a shift, and one word permute
+ *                 picking the rounded high halves;
+ *   "avx512bf16": vcvtne2ps2bf16 of two result vectors (split half: already
+ *                 in memory order; interleaved: one word permute). That
+ *                 instruction treats float32 subnormals as zero and flushes
+ *                 (documented; on Zen 4 0x007FFFFF gives 0x0000 where round
+ *                 to nearest even gives 0x0080, measured), so any zero word
+ *                 among the stored ones (a zero or subnormal float32: a
+ *                 normal one never rounds to zero) sends those vectors to
+ *                 the integer rounding: one mask test per 32 results. Its
+ *                 NaNs are the input's top bits, quieted: the bits of the
+ *                 integer rounding for the NaNs a rotation makes from
+ *                 bfloat16 data and finite rows (convert.h); a token whose
+ *                 row holds a NaN (a caller's table) takes the "avx512"
+ *                 kernel.
+ * Both are bit-identical to the scalar kernel. With half 64 the token's row
+ * (8 vectors) stays in registers across its heads, sin negated once for
+ * the inverse rotation; other lengths read the row per step, in one loop per
+ * direction (x1 * -s = -(x1 * s) exactly), and the last pairs of a head use
+ * masked loads and stores, which touch no memory outside the pairs.
+ *
+ * On Zen 4 a 512-bit FMA takes both FMA pipes, so the four multiplies and
+ * fused multiply-adds per 32 elements cost 4 cycles at least; the mask test
+ * runs on the same pipes. Measured, one token's 8 heads in L1: about 6.6
+ * cycles per 32 elements with vcvtne2ps2bf16, 8 with the integer rounding,
+ * 10-11 for the AVX2 kernels. */
 #include "rotate_avx512.h"
 
 #ifdef ROPE_HAVE_X86
@@ -182,7 +190,7 @@ ROPE_AVX512BF16 static inline __m256i bf16_narrow16_hw(__m512 v, __mmask16 tm)
  * rotation); with CHECK, return 0 first if it holds a NaN (see the header:
  * such a row takes the integer rounding). */
 #define ROW64_LOAD(CHECK)                                                            \
-    const __m512 c0 = _mm512_loadu_ps(cos), c1 = _mm512_loadu_ps(cos + 16);         \
+    const __m512 c0 = _mm512_loadu_ps(cos), c1 = _mm512_loadu_ps(cos + 16);          \
     const __m512 c2 = _mm512_loadu_ps(cos + 32), c3 = _mm512_loadu_ps(cos + 48);     \
     __m512 s0 = _mm512_loadu_ps(sin), s1 = _mm512_loadu_ps(sin + 16);                \
     __m512 s2 = _mm512_loadu_ps(sin + 32), s3 = _mm512_loadu_ps(sin + 48);           \
@@ -232,7 +240,7 @@ ROPE_AVX512 static int row_has_nan(const float *cos, const float *sin, int64_t h
 
 /* Split half, any half, one direction: 32-pair steps, then the last pairs
  * in one masked step of 32 or (up to 16 left) of 16. */
-#define SH_ANY_LOOP(JOIN, NARROW16, FM0, FM1)                                                  \
+#define SH_ANY_LOOP(JOIN, NARROW16, FM0, FM1)                                        \
     for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                    \
         {                                                                            \
             const __mmask32 m = 0xFFFFFFFFu;                                         \
@@ -253,8 +261,8 @@ ROPE_AVX512 static int row_has_nan(const float *cos, const float *sin, int64_t h
         }                                                                            \
     }
 
-#define ROPE_AVX512_BF16_KERNELS(ISA, ATTR, PACK, JOIN, NARROW16, NAN_CHECK)                   \
-    /* Interleaved, half 64: the row in 8 registers. 0: not done (a NaN in  \
+#define ROPE_AVX512_BF16_KERNELS(ISA, ATTR, PACK, JOIN, NARROW16, NAN_CHECK)         \
+    /* Interleaved, half 64: the row in 8 registers. 0: not done (a NaN in           \
      * the row and NAN_CHECK). */                                                    \
     ATTR static inline __attribute__((always_inline)) int il_bf16_64_##ISA(          \
         const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh, int64_t n_heads, \
@@ -284,7 +292,7 @@ ROPE_AVX512 static int row_has_nan(const float *cos, const float *sin, int64_t h
             IL_ANY_LOOP(PACK, _mm512_fmadd_ps, _mm512_fmsub_ps)                      \
     }                                                                                \
                                                                                      \
-    /* Split half, half 64: the row in 8 registers (return as above). */          \
+    /* Split half, half 64: the row in 8 registers (return as above). */             \
     ATTR static inline __attribute__((always_inline)) int sh_bf16_64_##ISA(          \
         const uint16_t *x, uint16_t *y, int64_t x_sh, int64_t y_sh, int64_t n_heads, \
         const float *cos, const float *sin, int inverse)                             \
@@ -318,7 +326,7 @@ ROPE_AVX512_BF16_KERNELS(avx512bf16, ROPE_AVX512BF16, bf16_pack_hw, bf16_join_hw
 
 /* half 64 through the registers, any other length through the general loop;
  * FALLBACK (the integer rounding) for a row with a NaN when NAN_CHECK. */
-#define ROPE_AVX512_BF16_ENTRY(NAME, ATTR, LAYOUT, ISA, NAN_CHECK, FALLBACK)          \
+#define ROPE_AVX512_BF16_ENTRY(NAME, ATTR, LAYOUT, ISA, NAN_CHECK, FALLBACK)         \
     ATTR void NAME(ROPE_ROT_PARAMS)                                                  \
     {                                                                                \
         const uint16_t *xs = (const uint16_t *)x;                                    \

@@ -1,26 +1,28 @@
 /* AVX-512 rotation kernels for float16 storage (rotate_avx512.h says what
  * the AVX-512 kernels share).
  *
- * Conversions: 512-bit vcvtph2ps (exact) and vcvtps2ph in register form
- * with round to nearest even (the memory form is slower on Zen 4), the same
- * rounding as F16C and convert.h. 16 lanes per vector, so a head of 128
- * (half 64) is eight vectors.
- *   split half:  x0 = 16 pairs' first elements, x1 = their partners, against
- *                the cos/sin row as stored;
- *   interleaved: the vector as loaded ([x0 x1 x0 x1 ...], 8 pairs), y =
- *                fmaddsub(v, c', swap(v) * s') with the row duplicated once
- *                per token (c' = [c0 c0 c1 c1 ...]).
- * With half 64 the token's row (split: 4 + 4 vectors, interleaved
- * duplicated: 8 + 8) stays in registers across its heads; other lengths
- * read it per step (interleaved: duplicated on the stack per chunk of
- * pairs) and the last pairs of a head use masked loads and stores, which
- * touch no memory outside the pairs. The inverse rotation negates sin once
- * per token: x1 * (-s) = -(x1 * s) exactly, so the scalar roundings hold.
- *
- * float16 is bound by the conversions on Zen 4: both run on the two
- * floating-point add/convert pipes, at about 1.3-1.4 cycles per 512-bit
- * conversion (measured), against about 0.8 for a 256-bit one, so 512 bits
- * save only ~20% of the conversion time of the AVX2 kernels. */
+ * float16 is bound by its conversions on Zen 4: vcvtph2ps and vcvtps2ph
+ * (register form, round to nearest even: the rounding of F16C and
+ * convert.h) run on the two floating-point add/convert pipes at the same
+ * cost per element for 256 and 512 bits (measured: 1.3-1.4 cycles per
+ * 512-bit conversion, 0.7 per 256-bit one), and 512-bit ones are slower in
+ * the kernel's dependency chain (split half 7.5-7.8 cycles per 32 elements
+ * against 6.2-7.0 with 256-bit ones, measured). So:
+ *   split half:  x0 = 16 pairs' first elements, x1 = their partners, as two
+ *                sets of 8 lanes converted by 256-bit instructions (four
+ *                conversions in flight each way), against the row as stored;
+ *   interleaved: 512-bit, the vector as loaded ([x0 x1 x0 x1 ...], 8 pairs):
+ *                y = fmaddsub(v, c', swap(v) * s') with the row duplicated
+ *                once per token (c' = [c0 c0 c1 c1 ...], s' with the inverse
+ *                sign); with half 64 the 16 duplicated vectors stay in
+ *                registers across the token's heads (the AVX2 kernel reads
+ *                them from the stack), otherwise they sit on the stack per
+ *                chunk of pairs.
+ * The swap costs the interleaved layout about a third more than split half
+ * (it competes with the conversions; no form of it measured cheaper).
+ * The last pairs of a head use masked loads and stores, which touch no
+ * memory outside the pairs. The inverse rotation uses x1 * (-s) =
+ * -(x1 * s) exactly, so the scalar roundings hold. */
 #include "rotate_avx512.h"
 
 #ifdef ROPE_HAVE_X86
@@ -156,7 +158,7 @@ ROPE_AVX512 static inline __m512 dup_hi(__m512 c)
     return _mm512_permutexvar_ps(_mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), c);
 }
 
-/* Any half: the row duplicated on the stack, IL_CHUNK512 pairs at a time;
+/* Any half: the row duplicated on the stack, ROPE_AVX512_CHUNK pairs at a time;
  * 8-pair steps, then the last pairs masked. */
 ROPE_AVX512 static void il_f16_any(const uint16_t *xv, uint16_t *yv, int64_t x_sh, int64_t y_sh,
                                    int64_t n_heads, const float *cos, const float *sin,
