@@ -22,8 +22,8 @@ extern const rope_isa rope_isa_avx2; /* isa_avx2.c */
 
 /* Storage types with AVX-512 kernels rope_rot_{il,sh}_<sfx>_avx512, and
  * those whose "avx512bf16" kernels are rope_rot_{il,sh}_<sfx>_avx512bf16. */
-#define ROPE_AVX512_TYPES(X)
-#define ROPE_AVX512BF16_TYPES(X)
+#define ROPE_AVX512_TYPES(X) X(ROPE_F16, f16) X(ROPE_BF16, bf16)
+#define ROPE_AVX512BF16_TYPES(X) X(ROPE_BF16, bf16)
 
 #define ROPE_DECLARE_ROT_(code, sfx, isa)                                      \
     void rope_rot_il_##sfx##_##isa(ROPE_ROT_PARAMS);                           \

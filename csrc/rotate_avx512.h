@@ -19,6 +19,18 @@
 /* The same plus AVX512_BF16 (vcvtne2ps2bf16, vcvtneps2bf16). */
 #define ROPE_AVX512BF16 __attribute__((target(ROPE_AVX512_TARGET ",avx512bf16")))
 
+/* ---- added with the float16 and bfloat16 kernels ------------------------- */
+
+/* Keep a vector in a register (any of the 32): stops the compiler from
+ * folding a conversion into its store (the memory form of vcvtps2ph is
+ * slower on Zen 4, measured). */
+#define ROPE_ZMM_IN_REGISTER(v) __asm__("" : "+v"(v))
+
+/* Pairs per chunk of a token's row duplicated on the stack ([c0 c0 c1 c1
+ * ...]) by the interleaved float16 kernel for lengths it does not keep in
+ * registers. */
+#define ROPE_AVX512_CHUNK 512
+
 #endif /* ROPE_HAVE_X86 */
 
 #endif
