@@ -136,6 +136,9 @@ def plot(rows, machine, path, note=None):
                                               Line2D([], [], color="black", linewidth=0.9)]
     labels = list(handles) + ["target of the issue", "the yardstick (1.0)"]
     legend_ax.legend(legend, labels, loc="center", fontsize=9, frameon=False, ncol=2)
+    legend_ax.text(0.5, 0.08, "a peer missing from a row was not installed or has no kernel for that dtype;\n"
+                   "torch and onnxruntime: the better of 1 and N threads per round, like the yardstick",
+                   ha="center", fontsize=8, color="0.35", transform=legend_ax.transAxes)
     top = fig.get_figheight()
     fig.text(0.5, 1 - 0.3 / top, "Rotation speed as a fraction of the yardstick (an in-place read+write pass over "
              "the same bytes): yardstick time / time, log scale, higher is better", ha="center", fontsize=11)

@@ -74,6 +74,7 @@ def machine_info():
             versions[name] = None
     return {"cpu": cpu_info(), "cpus": os.cpu_count(), "threads": _kernel.get_num_threads(),
             "isa": _kernel.get_isa(), "supported_isas": _kernel.supported_isas(),
+            "yardstick_isa": _kernel.supported_isas()[-1],   # benchmark.yardstick_isa(), without its import
             "kernel": platform.release(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load_average": _loadavg()}
@@ -92,6 +93,7 @@ def machine_lines(machine):
     peers = ", ".join(f"{k} {v[k]}" for k in ("numpy", "torch", "onnxruntime") if v.get(k))
     lines = [f"CPU: {cpu_line(machine['cpu'])}; {machine.get('cpus')} CPUs",
              f"pyrope ISA: {machine['isa']} (pyrope.get_isa(); supported: {', '.join(machine['supported_isas'])}); "
+             f"yardstick pass under {machine.get('yardstick_isa', '?')}; "
              f"{machine.get('threads')} threads; Python {v.get('python')}, {peers}",
              f"Run {machine.get('date')}; load average (1, 5, 15 min) at start {_load(machine.get('load_average'))}"
              + (f", at end {_load(machine['load_average_end'])}" if machine.get("load_average_end") else "")]
@@ -307,10 +309,27 @@ def to_json(rows, machine):
 
 
 def write_json(path, rows, machine):
-    """Write :func:`to_json` to ``path``."""
+    """Write :func:`to_json` to ``path``: one row per line (files of runs stay
+    small and diff line by line), floats to 5 significant digits."""
+    data = _rounded(to_json(rows, machine))
+    rows = data.pop("rows")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(to_json(rows, machine), f, indent=1)
-        f.write("\n")
+        f.write("{\n")
+        for key, value in data.items():
+            f.write(f" {json.dumps(key)}: {json.dumps(value)},\n")
+        f.write(' "rows": [\n')
+        f.write(",\n".join("  " + json.dumps(r) for r in rows))
+        f.write("\n ]\n}\n")
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.5g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
 
 
 def read_json(path):
