@@ -134,7 +134,8 @@ def markdown(rows, machine=None):
     rot = [r for r in rows if r.get("kind") == "rotate"]
     out = []
     if machine:
-        out += machine_lines(machine) + [""]
+        for line in machine_lines(machine):
+            out += [line, ""]   # a paragraph each when pasted into markdown
     caption = ""
     if machine:
         cpu = machine["cpu"]
