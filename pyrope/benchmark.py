@@ -255,13 +255,22 @@ class Case:
         shape, first, self.default_rounds = SHAPES[case]
         self.case, self.dtype_name, self.shape, self.layouts = case, dtype_name, shape, tuple(layouts)
         self.isas = list(default_isas() if isas is None else isas)
-        self.threads = threads = threads or _kernel.NUM_THREADS
+        self.threads = threads or _kernel.NUM_THREADS
         b, s, h, d = shape
         self.rng = np.random.default_rng(seed)
-        self.x0 = x0 = self.rng.standard_normal(shape).astype(DTYPES[dtype_name])
+        self.x0 = self.rng.standard_normal(shape).astype(DTYPES[dtype_name])
         self.positions = np.broadcast_to(np.arange(first, first + s, dtype=np.int64), (b, s)).copy()
         self.ropes = {lay: Rope(d, layout=lay, base=10000.0) for lay in self.layouts}
-        c = self.contenders = {}
+        self.contenders = {}
+        self._add_pyrope(first)
+        self._add_yardstick()
+        self._add_peers(first, self.peer_notes(peers))
+        self.times = {k: [] for k in self.contenders}
+        self._round = 0
+
+    def _add_pyrope(self, first):
+        """pyrope under each ISA, per layout, in place (and into a cache slice)."""
+        c, x0, d = self.contenders, self.x0, self.shape[-1]
         for layout in self.layouts:
             for isa in self.isas:
                 rope = Rope(d, layout=layout, base=10000.0)  # its own rows, like a second model
@@ -269,39 +278,46 @@ class Case:
                 under = functools.partial(_kernel.forced_isa, isa)
                 c[Key("pyrope", isa, layout, IN_PLACE)] = _Contender(
                     lambda r=rope, x=x: r.apply(x, offset=first, out=x), lambda x=x: x, under, x)
-                if case in CACHE_OUT:
+                if self.case in CACHE_OUT:
                     xc = placed(x0)
                     # untouched pages of np.empty cost nothing: only the slice written is ever mapped
-                    cache = np.empty(CACHE_OUT[case], dtype=x0.dtype)
+                    cache = np.empty(CACHE_OUT[self.case], dtype=x0.dtype)
                     c[Key("pyrope", isa, layout, OUT_CACHE)] = _Contender(
                         lambda r=rope, x=xc, k=cache: r.apply(x, offset=first, out=k[:, first:first + 1]),
                         lambda k=cache: k[:, first:first + 1], under)
-        y = placed(x0)
-        counts = sorted({1, threads})   # the yardstick and the threaded peers: the better of 1 and N
-        for n in counts:
-            c[Key("yardstick", n, None, IN_PLACE)] = _Contender(
+
+    def _thread_counts(self):
+        # the yardstick and the threaded peers run on both; each round keeps the faster
+        return sorted({1, self.threads})
+
+    def _add_yardstick(self):
+        y = placed(self.x0)
+        for n in self._thread_counts():
+            self.contenders[Key("yardstick", n, None, IN_PLACE)] = _Contender(
                 lambda n=n: _kernel.bandwidth_pass(y, 0, n), None,
                 functools.partial(_kernel.forced_isa, yardstick_isa()))
-        notes = self.peer_notes(peers)
-        if notes["numpy"] is None:
-            cos_rows, sin_rows = self.ropes[self.layouts[0]].cos_sin(np.arange(first + s))
-            cos_tok = cos_rows[first:first + s][None, :, None, :]   # the peers get pyrope's exact rows
-            sin_tok = sin_rows[first:first + s][None, :, None, :]
-            for layout in self.layouts:
-                xn = x0.copy()
-                c[Key("numpy", 1, layout, IN_PLACE)] = _Contender(
-                    lambda x=xn, lay=layout: numpy_rotation(x, cos_tok, sin_tok, lay), lambda x=xn: x, data=xn)
-                for n in counts:
-                    if notes["torch"] is None:
-                        call, output = torch_peer(x0.copy(), cos_tok, sin_tok, layout)
-                        c[Key("torch", n, layout, IN_PLACE)] = _Contender(
-                            call, output, functools.partial(_torch_threads, n))
-                    if notes["onnxruntime"] is None:
-                        peer = onnx_peer(x0.copy(), cos_rows, sin_rows, self.positions, layout, n)
-                        if peer is not None:
-                            c[Key("onnxruntime", n, layout, IN_PLACE)] = _Contender(*peer)
-        self.times = {k: [] for k in c}
-        self._round = 0
+
+    def _add_peers(self, first, notes):
+        """numpy, torch and ONNX Runtime per layout, those ``notes`` do not skip."""
+        if notes["numpy"] is not None:
+            return
+        c, x0, s = self.contenders, self.x0, self.shape[1]
+        cos_rows, sin_rows = self.ropes[self.layouts[0]].cos_sin(np.arange(first + s))
+        cos_tok = cos_rows[first:first + s][None, :, None, :]   # the peers get pyrope's exact rows
+        sin_tok = sin_rows[first:first + s][None, :, None, :]
+        for layout in self.layouts:
+            xn = x0.copy()
+            c[Key("numpy", 1, layout, IN_PLACE)] = _Contender(
+                lambda x=xn, lay=layout: numpy_rotation(x, cos_tok, sin_tok, lay), lambda x=xn: x, data=xn)
+            for n in self._thread_counts():
+                if notes["torch"] is None:
+                    call, output = torch_peer(x0.copy(), cos_tok, sin_tok, layout)
+                    c[Key("torch", n, layout, IN_PLACE)] = _Contender(
+                        call, output, functools.partial(_torch_threads, n))
+                if notes["onnxruntime"] is None:
+                    peer = onnx_peer(x0.copy(), cos_rows, sin_rows, self.positions, layout, n)
+                    if peer is not None:
+                        c[Key("onnxruntime", n, layout, IN_PLACE)] = _Contender(*peer)
 
     @staticmethod
     def peer_notes(peers=True):
