@@ -225,3 +225,10 @@ def test_plot_panels_hold_every_isa_and_peer_per_dtype_and_layout():
     assert _bench_plot.yard_target("prefill_q_8192", "bfloat16") == 0.9
     assert _bench_plot.yard_target("prefill_k", "float32") == 0.6
     assert _bench_plot.yard_target("prefill_q", "float32") is None
+
+
+def test_default_isas_leave_scalar_out_unless_it_is_all(monkeypatch):
+    monkeypatch.setattr(benchmark._kernel, "supported_isas", lambda: ["scalar", "neon"])
+    assert benchmark.default_isas() == ["neon"] and benchmark.yardstick_isa() == "neon"
+    monkeypatch.setattr(benchmark._kernel, "supported_isas", lambda: ["scalar"])
+    assert benchmark.default_isas() == ["scalar"]
