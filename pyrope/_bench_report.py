@@ -73,11 +73,25 @@ def machine_info():
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {"cpu": cpu_info(), "cpus": os.cpu_count(), "threads": _kernel.get_num_threads(),
+            "extension": extension_info(),
             "isa": _kernel.get_isa(), "supported_isas": _kernel.supported_isas(),
             "yardstick_isa": _kernel.supported_isas()[-1],   # benchmark.yardstick_isa(), without its import
             "kernel": platform.release(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load_average": _loadavg()}
+
+
+def extension_info():
+    """Which C build is measured: a digest of the loaded extension, and whether
+    it sits beside the Python package imported (an editable install of another
+    checkout can supply the extension when this one has none built)."""
+    import hashlib
+    from . import _pyrope_cffi
+    path = os.path.abspath(_pyrope_cffi.__file__)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    beside = os.path.dirname(path) == os.path.dirname(os.path.abspath(__file__))
+    return {"sha256": digest, "beside_package": beside}
 
 
 def _loadavg():
@@ -97,6 +111,10 @@ def machine_lines(machine):
              f"{machine.get('threads')} threads; Python {v.get('python')}, {peers}",
              f"Run {machine.get('date')}; load average (1, 5, 15 min) at start {_load(machine.get('load_average'))}"
              + (f", at end {_load(machine['load_average_end'])}" if machine.get("load_average_end") else "")]
+    ext = machine.get("extension")
+    if ext and not ext.get("beside_package"):
+        lines.append("WARNING: the C extension measured was not built in this checkout (it was loaded from "
+                     "another one): build it here first (python pyrope/_build.py)")
     return lines
 
 

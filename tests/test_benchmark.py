@@ -203,6 +203,10 @@ def test_machine_info_names_the_isa_and_is_json():
     json.dumps(info)
     lines = _bench_report.machine_lines(info)
     assert lines[0].startswith("CPU: ") and f"pyrope ISA: {pyrope.get_isa()}" in lines[1]
+    assert len(info["extension"]["sha256"]) == 16 and isinstance(info["extension"]["beside_package"], bool)
+    # a run that measured another checkout's build says so
+    info["extension"]["beside_package"] = False
+    assert _bench_report.machine_lines(info)[-1].startswith("WARNING: the C extension measured")
 
 
 # ---- the picture's data -------------------------------------------------------------------
