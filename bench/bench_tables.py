@@ -12,9 +12,10 @@ float32, single thread:
   angles, halves duplicated by ``cat`` (only when torch is installed).
 
 Each contender has its own pytest-benchmark; ``test_table_summary`` times all
-of them round-robin in one loop (so machine noise hits all alike), prints
-median times, entries/s (an entry is one (position, pair): one cos and one
-sin), speed ratios, and the largest error in float32 ulps of each method at
+of them round-robin in one loop (order rotating, each warmed ~10 ms after an
+idle gap, so machine noise hits all alike), prints median times, entries/s
+(an entry is one (position, pair): one cos and one sin), medians of
+per-round speed ratios, and the largest error in float32 ulps of each method at
 positions near 4096, 131072 and 1e6, against mpmath on the exact angle.
 """
 import time
@@ -25,6 +26,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
+from pyrope.benchmark import IDLE, WARM
 
 try:
     import torch
@@ -172,15 +174,27 @@ def max_errors():
 # ---- the summary: every contender timed in each repetition -----------------
 
 def round_robin(n, repeats=7):
-    """Median seconds per contender for n positions, all timed in each repetition."""
-    times = {name: [] for name in CONTENDERS}
+    """{contender: (median seconds, median of the per-round ratios time / pyrope's)}
+    for n positions. Every round times each contender once, in an order that
+    rotates from round to round, after an idle gap and ~10 ms of warm-up calls
+    (this VM's caches and second core come back slowly after idling)."""
+    names = list(CONTENDERS)
+    times = {name: [] for name in names}
     inputs = {name: _positions(n, kind) for name, (_, kind) in CONTENDERS.items()}
-    for _ in range(repeats):
-        for name, (fn, _) in CONTENDERS.items():
+    for r in range(repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn, x = CONTENDERS[name][0], inputs[name]
+            time.sleep(IDLE)
+            end = time.perf_counter() + WARM
+            fn(x)
+            while time.perf_counter() < end:
+                fn(x)
             t0 = time.perf_counter()
-            fn(inputs[name])
+            fn(x)
             times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
+    base = np.array(times["pyrope"])
+    return {name: (float(np.median(t)), float(np.median(np.array(t) / base))) for name, t in times.items()}
 
 
 def format_summary(medians, errors):
@@ -188,10 +202,11 @@ def format_summary(medians, errors):
     lines = []
     for n, med in medians.items():
         entries = n * INV_FREQ.size
-        lines.append(f"\n{n} positions x {INV_FREQ.size} pairs, single thread, medians of a round-robin loop")
+        lines.append(f"\n{n} positions x {INV_FREQ.size} pairs, single thread, medians of a round-robin loop "
+                     "(time / pyrope: median of per-round ratios)")
         lines.append(f"{'method':22s} {'ms':>9s} {'Mentries/s':>11s} {'time / pyrope':>14s}")
-        for name, t in med.items():
-            lines.append(f"{name:22s} {t * 1e3:9.2f} {entries / t / 1e6:11.1f} {t / med['pyrope']:14.2f}")
+        for name, (t, ratio) in med.items():
+            lines.append(f"{name:22s} {t * 1e3:9.2f} {entries / t / 1e6:11.1f} {ratio:14.2f}")
     for k, title in ((0, "max error in float32 ulps of the exact value"), (1, "max absolute error")):
         lines.append(f"\n{title} (vs mpmath on the exact angle), near position")
         lines.append(f"{'method':22s} " + " ".join(f"{p:>10d}" for p in ERROR_AT))

@@ -1,7 +1,21 @@
-"""Collects every case's medians and prints the summary table after the run."""
+"""Collects every case's rows and prints the tables and the targets after the
+run (``--bench-json PATH`` also writes them as ``pyrope bench --json`` does)."""
 import pytest
 
-RESULTS = []  # one dict per case, filled by bench_rotate.py
+RESULTS = []  # rows, filled by bench_rotate.py
+MACHINE = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--bench-json", metavar="PATH", default=None,
+                     help="write the rotation rows, the machine and the targets as JSON")
+
+
+def pytest_sessionstart(session):
+    from pyrope import _bench_report
+    from pyrope.benchmark import Case
+    MACHINE.update(_bench_report.machine_info())
+    MACHINE["peer_notes"] = Case.peer_notes(True)
 
 
 @pytest.fixture(scope="session")
@@ -10,11 +24,16 @@ def results():
     return RESULTS
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Print the table: time, GB/s, ratio to the yardstick, speed-up over each peer."""
+def pytest_terminal_summary(terminalreporter, config):
+    """Print the tables: time, GB/s, ratio to the yardstick, speed-ups, targets."""
     if not RESULTS:
         return
-    from pyrope.benchmark import format_summary
-    terminalreporter.section("pyrope rotation: medians of round-robin repetitions")
-    for line in format_summary(RESULTS).splitlines():
+    from pyrope import _bench_report
+    MACHINE["load_average_end"] = _bench_report.machine_info()["load_average"]
+    terminalreporter.section("pyrope rotation: medians of per-round ratios")
+    for line in _bench_report.markdown(RESULTS, MACHINE).splitlines():
         terminalreporter.write_line(line)
+    path = config.getoption("--bench-json")
+    if path:
+        _bench_report.write_json(path, RESULTS, MACHINE)
+        terminalreporter.write_line(f"wrote {path}")

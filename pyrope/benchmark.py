@@ -1,26 +1,42 @@
 """Rotation speed against the bandwidth yardstick and the peers, in one run.
 
-The engine behind ``bench/bench_rotate.py`` (pytest-benchmark) and
-``pyrope bench``. A :class:`Case` is one shape x dtype x layout: every
+The engine behind ``pyrope bench`` and ``bench/bench_rotate.py``
+(pytest-benchmark); ``pyrope._bench_report`` turns its rows into tables,
+target checks and JSON, ``pyrope._bench_plot`` into the picture.
+
+A :class:`Case` is one shape x dtype. Its contenders are pyrope under each
+instruction set asked for (``pyrope.forced_isa``) in both layouts (and, for
+the decode case, also writing into a KV-cache slice with ``out=``), the
+yardstick on one and on all threads, and the peers in both layouts. Every
 contender is first checked against ``pyrope.reference`` on sampled vectors
-(a fast wrong result cannot win), then timed in round-robin rounds: in each
-round every contender idles a moment (so the previous contender's thread
-pool falls asleep), is called once untimed (data warm, threads awake) and
-once timed, in an order that rotates from round to round. Ratios are formed
-inside a round and their medians reported, so load from other processes on
-a shared machine hits every contender of that round alike.
+(a fast wrong result cannot win), then timed in rounds. In a round every
+contender, in an order that rotates from round to round, idles a moment (so
+the previous contender's thread pool falls asleep), is warmed with ~10 ms
+of calls (this VM's second core and caches come back slowly after an idle
+gap), then timed over a block of calls. Ratios are formed inside a round and
+their medians reported, so load from other processes hits the contenders of
+one round alike.
 
 Contenders:
 - pyrope: ``Rope.apply(x, offset=..., out=x)``, in place, default threads;
-- yardstick: ``rope_bandwidth_pass`` over the very same bytes with the same
-  thread count (read and write every byte once, C, widest vectors);
-- pyrope in the other layout, so layouts are compared within the same rounds;
+  for the decode case also ``out=cache[:, pos:pos + 1]``;
+- yardstick: ``rope_bandwidth_pass`` (read and write every byte once, C,
+  widest vectors of the best instruction set) over as many bytes, on one
+  thread and on the default threads; each round keeps the faster;
 - numpy: the fastest plain numpy we know: cos/sin built once, in-place
   ufuncs with ``out=`` (16-bit dtypes through float32);
 - torch (if installed): eager, the HF ``apply_rotary_pos_emb`` way;
-- onnxruntime (if installed): ONNX ``RotaryEmbedding`` (opset 23, CPU).
+- onnxruntime (if installed): ONNX ``RotaryEmbedding`` (opset 23, CPU),
+  ``session.run`` per call.
+torch and onnxruntime, like the yardstick, run on one thread and on the
+default threads, and each round keeps the faster: their thread pools can
+lose a time slice to another process on a small shared machine (torch's
+two-thread calls then take milliseconds), which says nothing of the code.
 """
+import contextlib
+import functools
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -28,27 +44,75 @@ from . import _kernel, reference
 from ._kernel import BFLOAT16
 from .rope import Rope
 
-try:
-    import torch
-except ImportError:  # optional peer
-    torch = None
-try:
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-except ImportError:  # optional peer
-    ort = None
+# the optional peers, imported by _load_peers() when a run times them (torch
+# alone takes seconds to import)
+torch = ort = TensorProto = helper = None
+_PEERS_LOADED = False
+
+
+def _load_peers():
+    global torch, ort, TensorProto, helper, _PEERS_LOADED
+    if _PEERS_LOADED:
+        return
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        ort = None
+    _PEERS_LOADED = True
 
 SHAPES = {  # name: (shape [batch, seq, heads, head_dim], first position, rounds)
-    "prefill_q": ((1, 2048, 32, 128), 0, 21),
-    "prefill_k": ((1, 2048, 8, 128), 0, 41),
-    "decode": ((16, 1, 32, 128), 1000, 101),
-    "small": ((1, 128, 8, 64), 0, 101),
+    "prefill_q_8192": ((1, 8192, 32, 128), 0, 9),   # 128 MiB float32: memory-resident
+    "prefill_q": ((1, 2048, 32, 128), 0, 15),
+    "prefill_k": ((1, 2048, 8, 128), 0, 31),
+    "decode": ((16, 1, 32, 128), 1000, 41),
+    "decode_64": ((64, 1, 32, 128), 1000, 41),
+    "small": ((1, 128, 8, 64), 0, 41),
 }
+# cases also timed writing into a KV-cache slice: name -> cache shape [batch, max_seq, heads, head_dim]
+CACHE_OUT = {"decode": (16, 4096, 32, 128)}
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
 if BFLOAT16 is not None:
     DTYPES["bfloat16"] = BFLOAT16
+LAYOUTS = ("split_half", "interleaved")
+PEERS = ("numpy", "torch", "onnxruntime")
+IN_PLACE, OUT_CACHE = "in place", "out=cache"
 UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-IDLE = 0.002  # seconds before each contender's calls: other pools fall asleep
+
+IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
+WARM = 0.010     # seconds of calls after the idle gap, before timing
+TIMED = 0.001    # a timed block holds about this much work ...
+MAX_REPS = 100   # ... in at most this many calls
+
+# One contender: kind "pyrope", "yardstick" or a peer's name; variant: pyrope's
+# instruction set, or the thread count of the yardstick and the threaded peers.
+Key = namedtuple("Key", "kind variant layout call")
+
+
+def default_isas():
+    """The instruction sets timed by default: every supported one but scalar
+    (scalar where it is the only one)."""
+    return [name for name in _kernel.supported_isas() if name != "scalar"] or ["scalar"]
+
+
+def yardstick_isa():
+    """The instruction set the yardstick runs under: the widest this machine has."""
+    return _kernel.supported_isas()[-1]
+
+
+def placed(x0, phase=16):
+    """A copy of x0 starting ``phase`` bytes past a 4 KiB boundary (where numpy
+    puts large arrays): the kernels' speed depends on alignment, so every
+    pyrope contender and the yardstick get the same."""
+    raw = np.empty(x0.nbytes + 4096, dtype=np.uint8)
+    skip = (phase - raw.ctypes.data) % 4096
+    x = raw[skip:skip + x0.nbytes].view(x0.dtype).reshape(x0.shape)
+    x[...] = x0
+    return x
 
 
 # ---- peers ----------------------------------------------------------------------
@@ -142,6 +206,14 @@ def onnx_peer(x_np, cos_rows, sin_rows, positions, layout, threads):
     return call, output
 
 
+def peers_available():
+    """{peer: None if it runs, else why it is skipped} (imports the peers)."""
+    _load_peers()
+    return {"numpy": None,
+            "torch": None if torch is not None else "torch is not installed",
+            "onnxruntime": None if ort is not None else "onnxruntime (or onnx) is not installed"}
+
+
 # ---- checks ---------------------------------------------------------------------
 
 def check_against_reference(name, got, x0, rope, positions, dtype_name, rng, peer):
@@ -163,178 +235,237 @@ def check_against_reference(name, got, x0, rope, positions, dtype_name, rng, pee
             f"{name} is wrong at {(i, j, k)}: error {err.max():.3g}")
 
 
-
 # ---- one case -----------------------------------------------------------------------
 
-class Case:
-    """One shape x dtype x layout: contenders checked, then timed round-robin."""
+class _Contender:
+    """A call to time, how to read its output (None: not checked), what it
+    runs under (a context manager factory: an instruction set, torch's
+    threads), the data it overwrites (refilled before the check) and the
+    calls per timed block."""
 
-    def __init__(self, case, dtype_name, layout, *, threads=None, peers=True, seed=7):
+    __slots__ = ("call", "output", "context", "data", "reps")
+
+    def __init__(self, call, output=None, context=contextlib.nullcontext, data=None):
+        self.call, self.output, self.context, self.data, self.reps = call, output, context, data, 1
+
+
+class Case:
+    """One shape x dtype: every contender checked, then timed round-robin."""
+
+    def __init__(self, case, dtype_name, *, layouts=LAYOUTS, isas=None, threads=None, peers=True, seed=7):
         shape, first, self.default_rounds = SHAPES[case]
-        self.case, self.dtype_name, self.layout, self.shape = case, dtype_name, layout, shape
-        threads = threads or _kernel.NUM_THREADS
+        self.case, self.dtype_name, self.shape, self.layouts = case, dtype_name, shape, tuple(layouts)
+        self.isas = list(default_isas() if isas is None else isas)
+        self.threads = threads or _kernel.NUM_THREADS
         b, s, h, d = shape
-        dtype = DTYPES[dtype_name]
         self.rng = np.random.default_rng(seed)
-        x0 = self.rng.standard_normal(shape).astype(dtype)
-        rope = Rope(d, layout=layout, base=10000.0)
-        positions = np.broadcast_to(np.arange(first, first + s, dtype=np.int64), (b, s)).copy()
-        cos_rows, sin_rows = rope.cos_sin(np.arange(first + s))   # the peers get pyrope's exact rows
-        cos_tok = cos_rows[first:first + s][None, :, None, :]
-        sin_tok = sin_rows[first:first + s][None, :, None, :]
-        c = {}
-        x = x0.copy()
-        c["pyrope"] = (lambda: rope.apply(x, offset=first, out=x), lambda: x)
-        c["yardstick"] = (lambda: _kernel.bandwidth_pass(x, 0, threads), None)
-        other = Rope(d, layout="interleaved" if layout == "split_half" else "split_half", base=10000.0)
-        xo = x0.copy()
-        c["pyrope_other_layout"] = (lambda: other.apply(xo, offset=first, out=xo), None)
-        xn = x0.copy()
-        c["numpy"] = (lambda: numpy_rotation(xn, cos_tok, sin_tok, layout), lambda: xn)
-        if peers and torch is not None:
-            torch.set_num_threads(threads)
-            c["torch"] = torch_peer(x0.copy(), cos_tok, sin_tok, layout)
-        if peers and ort is not None:
-            peer = onnx_peer(x0.copy(), cos_rows, sin_rows, positions, layout, threads)
-            if peer is not None:
-                c["onnxruntime"] = peer
-        self.contenders, self.x0, self.rope, self.positions = c, x0, rope, positions
-        self.inputs = {"pyrope": x, "numpy": xn}
-        self.times = {n: [] for n in c}
+        self.x0 = self.rng.standard_normal(shape).astype(DTYPES[dtype_name])
+        self.positions = np.broadcast_to(np.arange(first, first + s, dtype=np.int64), (b, s)).copy()
+        self.ropes = {lay: Rope(d, layout=lay, base=10000.0) for lay in self.layouts}
+        self.contenders = {}
+        self._add_pyrope(first)
+        self._add_yardstick()
+        self._add_peers(first, self.peer_notes(peers))
+        self.times = {k: [] for k in self.contenders}
         self._round = 0
+
+    def _add_pyrope(self, first):
+        """pyrope under each ISA, per layout, in place (and into a cache slice)."""
+        c, x0, d = self.contenders, self.x0, self.shape[-1]
+        for layout in self.layouts:
+            for isa in self.isas:
+                rope = Rope(d, layout=layout, base=10000.0)  # its own rows, like a second model
+                x = placed(x0)
+                under = functools.partial(_kernel.forced_isa, isa)
+                c[Key("pyrope", isa, layout, IN_PLACE)] = _Contender(
+                    lambda r=rope, x=x: r.apply(x, offset=first, out=x), lambda x=x: x, under, x)
+                if self.case in CACHE_OUT:
+                    xc = placed(x0)
+                    # untouched pages of np.empty cost nothing: only the slice written is ever mapped
+                    cache = np.empty(CACHE_OUT[self.case], dtype=x0.dtype)
+                    c[Key("pyrope", isa, layout, OUT_CACHE)] = _Contender(
+                        lambda r=rope, x=xc, k=cache: r.apply(x, offset=first, out=k[:, first:first + 1]),
+                        lambda k=cache: k[:, first:first + 1], under)
+
+    def _thread_counts(self):
+        # the yardstick and the threaded peers run on both; each round keeps the faster
+        return sorted({1, self.threads})
+
+    def _add_yardstick(self):
+        y = placed(self.x0)
+        for n in self._thread_counts():
+            self.contenders[Key("yardstick", n, None, IN_PLACE)] = _Contender(
+                lambda n=n: _kernel.bandwidth_pass(y, 0, n), None,
+                functools.partial(_kernel.forced_isa, yardstick_isa()))
+
+    def _add_peers(self, first, notes):
+        """numpy, torch and ONNX Runtime per layout, those ``notes`` do not skip."""
+        if notes["numpy"] is not None:
+            return
+        c, x0, s = self.contenders, self.x0, self.shape[1]
+        cos_rows, sin_rows = self.ropes[self.layouts[0]].cos_sin(np.arange(first + s))
+        cos_tok = cos_rows[first:first + s][None, :, None, :]   # the peers get pyrope's exact rows
+        sin_tok = sin_rows[first:first + s][None, :, None, :]
+        for layout in self.layouts:
+            xn = x0.copy()
+            c[Key("numpy", 1, layout, IN_PLACE)] = _Contender(
+                lambda x=xn, lay=layout: numpy_rotation(x, cos_tok, sin_tok, lay), lambda x=xn: x, data=xn)
+            for n in self._thread_counts():
+                if notes["torch"] is None:
+                    call, output = torch_peer(x0.copy(), cos_tok, sin_tok, layout)
+                    c[Key("torch", n, layout, IN_PLACE)] = _Contender(
+                        call, output, functools.partial(_torch_threads, n))
+                if notes["onnxruntime"] is None:
+                    peer = onnx_peer(x0.copy(), cos_rows, sin_rows, self.positions, layout, n)
+                    if peer is not None:
+                        c[Key("onnxruntime", n, layout, IN_PLACE)] = _Contender(*peer)
+
+    @staticmethod
+    def peer_notes(peers=True):
+        """{peer: None if timed, else why not}."""
+        if not peers:
+            return {"numpy": "peers off", "torch": "peers off", "onnxruntime": "peers off"}
+        return peers_available()
 
     def check(self):
         """Every contender's output against the reference, from the original input."""
-        for name, (call, output) in self.contenders.items():
-            if output is None:
+        for key, con in self.contenders.items():
+            if con.output is None:
                 continue
-            if name in self.inputs:
-                self.inputs[name][...] = self.x0
-            call()
-            got = np.asarray(output(), dtype=np.float64)
-            check_against_reference(name, got, self.x0, self.rope, self.positions, self.dtype_name,
-                                    self.rng, peer=name != "pyrope")
+            if con.data is not None:
+                con.data[...] = self.x0
+            with con.context():
+                con.call()
+            got = np.asarray(con.output(), dtype=np.float64)
+            check_against_reference(_label(key), got, self.x0, self.ropes[key.layout], self.positions,
+                                    self.dtype_name, self.rng, peer=key.kind != "pyrope")
 
-    def one_round(self):
-        """Time every contender once, in a rotated order."""
-        names = list(self.contenders)
+    def one_round(self, calibrate=False):
+        """Time every contender once, in a rotated order; ``calibrate``: also
+        size each contender's timed block from its warm-up calls."""
+        keys = list(self.contenders)
         self._round += 1
-        k = self._round % len(names)
-        for n in names[k:] + names[:k]:
-            call = self.contenders[n][0]
-            time.sleep(IDLE)
-            call()                       # untimed: data warm, threads awake
-            t0 = time.perf_counter()
-            call()
-            self.times[n].append(time.perf_counter() - t0)
+        k = self._round % len(keys)
+        for key in keys[k:] + keys[:k]:
+            con = self.contenders[key]
+            with con.context():
+                per_call, warm_per_call = _timed(con)
+            if calibrate:
+                con.reps = int(max(1, min(MAX_REPS, round(TIMED / max(warm_per_call, 1e-9)))))
+            else:
+                self.times[key].append(per_call)
 
-    def row(self):
-        """Medians and in-round ratios of the rounds run so far."""
+    def measure(self, rounds=None):
+        """A calibrating round (not counted), then ``rounds`` timed ones."""
+        self.one_round(calibrate=True)
+        for _ in range(rounds or self.default_rounds):
+            self.one_round()
+
+    def rows(self):
+        """One row per pyrope contender and per peer and layout, from the
+        rounds run so far (``pyrope._bench_report`` describes the fields).
+        The yardstick and a threaded peer count, in each round, with their
+        faster thread count."""
         n = min(len(v) for v in self.times.values())
-        t = {name: np.array(v[-n:]) for name, v in self.times.items()}
-        med = {name: float(np.median(v)) for name, v in t.items()}
-        return {
-            "kind": "rotate", "case": self.case, "shape": "x".join(map(str, self.shape)),
-            "dtype": self.dtype_name, "layout": self.layout, "pyrope": med["pyrope"],
-            "yardstick": med["yardstick"], "gbps": 2 * self.x0.nbytes / med["pyrope"] / 1e9,
-            "yard_ratio": float(np.median(t["yardstick"] / t["pyrope"])),
-            "other_layout_ratio": float(np.median(t["pyrope_other_layout"] / t["pyrope"])),
-            "speedup": {p: float(np.median(t[p] / t["pyrope"])) if p in t else None
-                        for p in ("numpy", "torch", "onnxruntime")},
-        }
+        t = {key: np.array(v[-n:]) for key, v in self.times.items()}
+        best, by_threads = {}, {}
+        for key, times in t.items():
+            if key.kind != "pyrope":   # merge the thread variants
+                merged = key._replace(variant=None)
+                best[merged] = np.minimum(best[merged], times) if merged in best else times
+                by_threads.setdefault(merged, {})[str(key.variant)] = float(np.median(times))
+            else:
+                best[key] = times
+        yard_key = Key("yardstick", None, None, IN_PLACE)
+        yard = best[yard_key]
+        common = {"case": self.case, "shape": "x".join(map(str, self.shape)), "dtype": self.dtype_name,
+                  "rounds": n, "threads": self.threads, "bytes": int(self.x0.nbytes),
+                  "yardstick": float(np.median(yard)), "yardstick_by_threads": by_threads[yard_key]}
+        out = []
+        for key, times in best.items():
+            if key.kind == "yardstick":
+                continue
+            med = float(np.median(times))
+            r = dict(common, kind="rotate" if key.kind == "pyrope" else "peer", contender=key.kind,
+                     isa=key.variant if key.kind == "pyrope" else None, layout=key.layout, call=key.call,
+                     time=med, gbps=2 * self.x0.nbytes / med / 1e9)
+            r["yard_ratio"], r["yard_iqr"] = _ratio(yard, times)
+            if key.kind == "pyrope":
+                other = "interleaved" if key.layout == "split_half" else "split_half"
+                r["vs_avx2"] = (None if key.variant == "avx2" else
+                                _ratio(best.get(key._replace(variant="avx2")), times)[0])
+                r["other_layout_ratio"] = _ratio(best.get(key._replace(layout=other)), times)[0]
+                r["in_place_ratio"] = (_ratio(best.get(key._replace(call=IN_PLACE)), times)[0]
+                                       if key.call == OUT_CACHE else None)
+                r["speedup"] = {p: _ratio(best.get(Key(p, None, key.layout, IN_PLACE)), times)[0] for p in PEERS}
+            else:
+                r["time_by_threads"] = by_threads[key]
+            out.append(r)
+        return out
 
 
-def run(cases, dtypes, layouts, *, rounds=None, peers=True, progress=None):
-    """Check and time every combination; returns the rows for :func:`format_summary`."""
+@contextlib.contextmanager
+def _torch_threads(n):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _timed(con):
+    """Idle, warm for WARM seconds, then time ``con.reps`` calls; returns
+    (seconds per timed call, seconds per warm-up call)."""
+    call = con.call
+    time.sleep(IDLE)
+    start = time.perf_counter()
+    end = start + WARM
+    n = 0
+    while True:
+        call()
+        n += 1
+        now = time.perf_counter()
+        if now >= end:
+            break
+    warm = (now - start) / n
+    t0 = time.perf_counter()
+    for _ in range(con.reps):
+        call()
+    return (time.perf_counter() - t0) / con.reps, warm
+
+
+def _ratio(num, den):
+    """Median and interquartile range of the per-round ratios num/den (None without num)."""
+    if num is None:
+        return None, None
+    q = num / den
+    q1, med, q3 = np.percentile(q, [25, 50, 75])
+    return float(med), [float(q1), float(q3)]
+
+
+def _label(key):
+    if key.kind == "pyrope":
+        return f"pyrope[{key.variant}, {key.layout}, {key.call}]"
+    return f"{key.kind}[{key.layout}, {key.variant} threads]"
+
+
+def run(cases, dtypes, *, layouts=LAYOUTS, isas=None, rounds=None, peers=True, progress=None):
+    """Check and time every case x dtype; returns the rows (``pyrope._bench_report``)."""
     rows = []
-    combos = [(c, d, l) for c in cases for d in dtypes for l in layouts]
-    for i, (c, d, l) in enumerate(combos):
-        case = Case(c, d, l, peers=peers)
+    combos = [(c, d) for c in cases for d in dtypes]
+    for i, (c, d) in enumerate(combos):
+        case = Case(c, d, layouts=layouts, isas=isas, peers=peers)
         case.check()
-        case.one_round()  # warm-up round, not counted
-        for key in case.times:
-            case.times[key].clear()
-        for _ in range(rounds or case.default_rounds):
-            case.one_round()
-        rows.append(case.row())
+        case.measure(rounds)
+        rows.extend(case.rows())
+        del case   # the 128 MiB case's arrays go before the next are made
         if progress is not None:
-            progress(i + 1, len(combos), f"{c} {d} {l}")
+            progress(i + 1, len(combos), f"{c} {d}")
     return rows
 
 
-# ---- the table --------------------------------------------------------------------------
-
-def _speedup(row, peer):
-    v = row["speedup"].get(peer)
-    return "n/a" if v is None else f"{v:.1f}x"
-
-
-def format_summary(rows):
-    """The summary table (markdown) followed by the target checks."""
-    out = ["| case | dtype | layout | pyrope | GB/s | yardstick | pyrope/yardstick | other layout / this | vs numpy | vs torch | vs ORT |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        if r.get("kind") != "rotate":
-            continue
-        out.append(f"| {r['case']} {r['shape']} | {r['dtype']} | {r['layout']} | {_t(r['pyrope'])} | "
-                   f"{r['gbps']:.1f} | {_t(r['yardstick'])} | {r['yard_ratio']:.2f} | {r['other_layout_ratio']:.2f} | "
-                   f"{_speedup(r, 'numpy')} | {_speedup(r, 'torch')} | {_speedup(r, 'onnxruntime')} |")
-    for r in rows:
-        if r.get("kind") == "overhead":
-            out.append("")
-            out.append(f"Python layer of a decode call {r['shape']} {r['dtype']}: apply {_t(r['apply'])}, "
-                       f"the same C call alone {_t(r['c_call'])}: overhead {_t(r['overhead'])} "
-                       f"(apply_qk in place: {_t(r['apply_qk'])})")
-    out.append("")
-    out.extend(check_targets(rows))
-    return "\n".join(out)
-
-
-def _t(seconds):
-    if seconds is None:
-        return "n/a"
-    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
-
-
-def check_targets(rows):
-    """One line per target of the issue: holds or not, with the worst case."""
-    rot = [r for r in rows if r.get("kind") == "rotate"]
-    lines = []
-
-    def report(name, values, ok):
-        if not values:
-            lines.append(f"- {name}: not measured")
-            return
-        worst = min(values, key=lambda v: v[0])
-        lines.append(f"- {name}: {'HOLDS' if ok(worst[0]) else 'MISSED'} (worst {worst[0]:.2f} at {worst[1]})")
-
-    prefill = [r for r in rot if r["case"].startswith("prefill")]
-    report("prefill in place >= 0.85 of the yardstick",
-           [(r["yard_ratio"], _name(r)) for r in prefill], lambda v: v >= 0.85)
-    report("prefill >= 1.8x faster than ONNX Runtime",
-           [(r["speedup"]["onnxruntime"], _name(r)) for r in prefill
-            if r["speedup"].get("onnxruntime") is not None], lambda v: v >= 1.8)
-    f32 = [r for r in prefill if r["dtype"] == "float32"]
-    report("prefill float32 >= 20x faster than torch eager",
-           [(r["speedup"]["torch"], _name(r)) for r in f32 if r["speedup"].get("torch") is not None],
-           lambda v: v >= 20)
-    report("prefill float32 >= 10x faster than numpy",
-           [(r["speedup"]["numpy"], _name(r)) for r in f32 if r["speedup"].get("numpy") is not None],
-           lambda v: v >= 10)
-    dec = [r for r in rot if r["case"] == "decode" and r["dtype"] == "float32"]
-    report("decode float32 >= 2x faster per call than ONNX Runtime",
-           [(r["speedup"]["onnxruntime"], _name(r)) for r in dec
-            if r["speedup"].get("onnxruntime") is not None], lambda v: v >= 2)
-    report("interleaved within 10% of split-half (split time / interleaved time, same rounds, >= 0.9)",
-           [(r["other_layout_ratio"], _name(r)) for r in rot if r["layout"] == "interleaved"],
-           lambda v: v >= 0.9)
-    return lines
-
-
-def _name(r):
-    return f"{r['case']} {r['dtype']} {r['layout']}"
-
-
-def median(values):
-    """Median of a list (None if empty)."""
-    return float(np.median(values)) if values else None
+def format_summary(rows, machine=None):
+    """The markdown tables and the target checks (``pyrope._bench_report.markdown``)."""
+    from ._bench_report import markdown
+    return markdown(rows, machine)

@@ -18,7 +18,9 @@ EXAMPLES = {
                  "  pyrope spectrum --config config.json --json"),
     "bench": ("examples:\n"
               "  pyrope bench --quick\n"
-              "  pyrope bench --dtype float32 --dtype bfloat16 --case prefill_q\n"
+              "  pyrope bench --dtype float32 --dtype bfloat16 --case prefill_q --isa avx2\n"
+              "  pyrope bench --json run.json --plot run.png\n"
+              "  pyrope bench --load run.json --plot run.png      (tables and picture of a saved run)\n"
               "the full suite with pytest-benchmark: make bench"),
     "contract": ("examples:\n"
                  "  pyrope contract config.json\n"
@@ -98,19 +100,32 @@ def build_parser():
     chk.add_argument("--config", help="a model's config.json instead of --head-dim/--base")
     chk.add_argument("--seq-len", type=int, help="current length, for dynamic and longrope configs")
     chk.add_argument("--harness", action="store_true", help="also run the consistency harness")
-    bench = _sub(sub, "bench", "a short throughput run against the bandwidth yardstick and the peers",
-                 "Rotate q/k in place for the standard shapes and print median times, GB/s, the\n"
-                 "ratio to a bandwidth yardstick (a C read+write pass over the same bytes) and the\n"
-                 "speed-up over numpy, and torch / onnxruntime when they are installed. Every\n"
-                 "contender's output is checked against the reference before it is timed.")
+    bench = _sub(sub, "bench", "rotation speed against the bandwidth yardstick and the peers, per ISA",
+                 "Rotate q/k for the standard shapes under each instruction set and print median\n"
+                 "times, GB/s, the fraction of a bandwidth yardstick (a C read+write pass over as\n"
+                 "many bytes, the better of 1 and N threads), the speed-up over avx2, the other\n"
+                 "layout and numpy, torch and onnxruntime (when installed), then the issue's\n"
+                 "targets. Every contender is checked against the reference before it is timed,\n"
+                 "warmed ~10 ms after each idle gap, and timed in rotating order; figures are\n"
+                 "medians of per-round ratios.")
     bench.add_argument("--quick", action="store_true",
-                       help="float32 decode, small and prefill-k shapes, 15 rounds (about 10 s)")
+                       help="float32 decode, small and prefill-k shapes, 9 rounds (about 15 s)")
     bench.add_argument("--case", action="append", default=[],
-                       help="prefill_q, prefill_k, decode, small (repeatable; default all)")
+                       help="prefill_q_8192, prefill_q, prefill_k, decode, decode_64, small "
+                            "(repeatable; default all)")
     bench.add_argument("--dtype", action="append", default=[],
                        help="float32, float16, bfloat16 (repeatable; default all)")
+    bench.add_argument("--layout", action="append", default=[], choices=["split_half", "interleaved"],
+                       help="(repeatable; default both)")
+    bench.add_argument("--isa", action="append", default=[],
+                       help="instruction set to time pyrope under (repeatable; default every supported "
+                            "one but scalar)")
     bench.add_argument("--rounds", type=int, default=None, help="timed rounds per case")
-    bench.add_argument("--no-peers", action="store_true", help="skip torch and onnxruntime")
+    bench.add_argument("--no-peers", action="store_true", help="skip numpy, torch and onnxruntime")
+    bench.add_argument("--json", metavar="PATH", help="also write the run as JSON (machine, rows, targets)")
+    bench.add_argument("--plot", metavar="PNG", help="draw the fraction of the yardstick (needs matplotlib)")
+    bench.add_argument("--note", help="a line added to the picture's caption")
+    bench.add_argument("--load", metavar="PATH", help="print (and --plot) a run saved with --json; time nothing")
     return parser
 
 
@@ -258,22 +273,48 @@ class _ProgressBar:
 
 def cmd_bench(args):
     """``pyrope bench``."""
-    from . import benchmark
+    from . import _bench_report as report
+    if args.load:
+        if args.case or args.dtype or args.layout or args.isa or args.rounds is not None or args.quick \
+                or args.no_peers or args.json:
+            raise UsageError("--load prints a saved run: pass only --plot and --note with it")
+        rows, machine = report.read_json(args.load)
+    else:
+        rows, machine = _bench_run(args)
+    print(report.markdown(rows, machine))
+    if args.json:
+        report.write_json(args.json, rows, machine)
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        from ._bench_plot import plot
+        plot(rows, machine, args.plot, note=args.note)
+        print(f"\nwrote {args.plot}")
+    return 0
+
+
+def _bench_run(args):
+    from . import _bench_report as report
+    from . import _kernel, benchmark
     cases = args.case or (["decode", "small", "prefill_k"] if args.quick else list(benchmark.SHAPES))
     dtypes = args.dtype or (["float32"] if args.quick else list(benchmark.DTYPES))
-    for name, value, known in (("--case", cases, benchmark.SHAPES), ("--dtype", dtypes, benchmark.DTYPES)):
+    isas = args.isa or benchmark.default_isas()
+    supported = _kernel.supported_isas()
+    for name, value, known in (("--case", cases, benchmark.SHAPES), ("--dtype", dtypes, benchmark.DTYPES),
+                               ("--isa", isas, supported)):
         unknown = [v for v in value if v not in known]
         if unknown:
             raise UsageError(f"{name} must be one of {', '.join(known)}; got {', '.join(unknown)}")
-    rounds = args.rounds if args.rounds is not None else (15 if args.quick else None)
+    rounds = args.rounds if args.rounds is not None else (9 if args.quick else None)
     if rounds is not None and rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    machine = report.machine_info()
+    machine["peer_notes"] = benchmark.Case.peer_notes(not args.no_peers)
     bar = _ProgressBar()
-    rows = benchmark.run(cases, dtypes, ["split_half", "interleaved"], rounds=rounds,
-                         peers=not args.no_peers, progress=bar)
+    rows = benchmark.run(cases, dtypes, layouts=args.layout or benchmark.LAYOUTS, isas=list(dict.fromkeys(isas)),
+                         rounds=rounds, peers=not args.no_peers, progress=bar)
     bar.close()
-    print(benchmark.format_summary(rows))
-    return 0
+    machine["load_average_end"] = report.machine_info()["load_average"]
+    return rows, machine
 
 
 COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract, "check": cmd_check,

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import pyrope
 from pyrope import cli, reference
 from hf_configs import LLAMA31_8B, QWEN25_7B_YARN
 
@@ -132,24 +133,112 @@ def test_help_has_examples():
         assert proc.returncode == 0 and "example" in proc.stdout
 
 
-def test_bench_quick_prints_the_table(capsys):
-    code, out, err = run(["bench", "--case", "decode", "--case", "small", "--dtype", "float32",
-                          "--rounds", "3", "--no-peers"], capsys)
+def _bench_tables(out):
+    """{case heading: [{column: cell}]} of the markdown tables ``pyrope bench`` prints."""
+    tables, heading, header = {}, None, None
+    for line in out.splitlines():
+        if line.startswith("|") and header is None:
+            header = [c.strip() for c in line.strip("|").split("|")]
+            tables[heading] = []
+        elif line.startswith("|---"):
+            continue
+        elif line.startswith("|"):
+            tables[heading].append(dict(zip(header, (c.strip() for c in line.strip("|").split("|")))))
+        else:
+            header = None
+            if line.strip():
+                heading = line.split(":")[0]
+    return tables
+
+
+def test_bench_prints_a_table_per_case_with_a_row_per_isa(capsys):
+    from pyrope.benchmark import default_isas
+    code, out, err = run(["bench", "--case", "small", "--dtype", "float32", "--rounds", "2", "--no-peers"], capsys)
     assert code == 0
-    rows = [ln for ln in out.splitlines() if ln.startswith("| decode") or ln.startswith("| small")]
-    assert len(rows) == 4  # two cases x two layouts
-    for row in rows:
-        cells = [c.strip() for c in row.strip("|").split("|")]
-        assert cells[1] == "float32" and cells[2] in ("split_half", "interleaved")
-        assert float(cells[4]) > 0                       # GB/s
-        assert 0 < float(cells[6]) < 10                  # ratio to the yardstick
-        assert cells[8].endswith("x") and float(cells[8][:-1]) > 0   # vs numpy
-        assert cells[9] == "n/a" and cells[10] == "n/a"  # peers skipped
+    assert out.startswith("CPU: ") and "family" in out.splitlines()[0]
+    assert f"pyrope ISA: {pyrope.get_isa()}" in out
+    table = _bench_tables(out)["small 1x128x8x64 (0.25 MiB in float32)"]
+    assert [(r["isa"], r["layout"]) for r in table] == [
+        (isa, layout) for layout in ("split_half", "interleaved") for isa in default_isas()]
+    for row in table:
+        assert row["dtype"] == "float32" and row["call"] == "in place"
+        assert float(row["GB/s"]) > 0
+        assert 0 < float(row["/yardstick"]) < 10
+        lo, hi = (float(v) for v in row["IQR"].split("-"))
+        assert lo <= float(row["/yardstick"]) <= hi
+        assert 0 < float(row["other layout / this"]) < 10
+        assert "vs numpy" not in row                     # peers off
+    assert "numpy: skipped (peers off)" in out
+    assert "- interleaved within 10% of split half" in out
 
 
-def test_bench_rejects_unknown_case(capsys):
+def test_bench_peers_run_or_say_why_not(capsys):
+    isa = pyrope.supported_isas()[-1]
+    code, out, _ = run(["bench", "--case", "small", "--dtype", "float32", "--rounds", "2", "--isa", isa,
+                        "--layout", "interleaved"], capsys)
+    assert code == 0
+    (row,) = _bench_tables(out)["small 1x128x8x64 (0.25 MiB in float32)"]
+    assert row["isa"] == isa and row["layout"] == "interleaved"
+    assert float(row["vs numpy"][:-1]) > 0              # numpy is always there
+    for peer, column in (("torch", "vs torch"), ("onnxruntime", "vs ORT")):
+        assert (column in row and float(row[column][:-1]) > 0) or f"{peer}: skipped" in out
+
+
+def test_bench_json_plot_and_load(tmp_path, capsys):
+    isa = pyrope.supported_isas()[-1]
+    js, png = tmp_path / "run.json", tmp_path / "run.png"
+    code, out, _ = run(["bench", "--case", "decode", "--dtype", "float32", "--rounds", "2", "--no-peers",
+                        "--isa", isa, "--json", str(js), "--plot", str(png), "--note", "a test"], capsys)
+    assert code == 0
+    data = json.loads(js.read_text())
+    assert data["format"] == "pyrope-bench/1" and data["target_isa"] == isa
+    assert data["machine"]["isa"] == pyrope.get_isa() and "family" in data["machine"]["cpu"]
+    rows = [r for r in data["rows"] if r["kind"] == "rotate"]
+    assert sorted((r["layout"], r["call"]) for r in rows) == [
+        ("interleaved", "in place"), ("interleaved", "out=cache"),
+        ("split_half", "in place"), ("split_half", "out=cache")]
+    for r in rows:
+        assert r["isa"] == isa and r["shape"] == "16x1x32x128" and r["rounds"] == 2
+        assert (r["in_place_ratio"] is None) == (r["call"] == "in place")
+        assert r["yardstick"] <= max(r["yardstick_by_threads"].values())
+    names = [t["name"] for t in data["targets"]]
+    assert any(n.startswith("out= into a cache slice") for n in names)
+    out_target = next(t for t in data["targets"] if t["name"].startswith("out= into a cache slice"))
+    assert out_target["count"] == 2 and out_target["holds"] in (True, False)
+    picture = png.read_bytes()
+    assert picture[:8] == b"\x89PNG\r\n\x1a\n" and 5_000 < len(picture) < 400_000
+    import matplotlib.image
+    img = matplotlib.image.imread(str(png))
+    assert img.shape[0] > 200 and img.shape[1] > 600
+    # a saved run prints the same tables again, timing nothing
+    code, again, _ = run(["bench", "--load", str(js)], capsys)
+    assert code == 0
+    assert again.split("wrote")[0].strip() == out.split("wrote")[0].strip()
+
+
+def test_bench_plot_without_matplotlib_names_the_extra(tmp_path, capsys, monkeypatch):
+    isa = pyrope.supported_isas()[-1]
+    js = tmp_path / "run.json"
+    assert run(["bench", "--case", "small", "--dtype", "float32", "--rounds", "1", "--no-peers", "--isa", isa,
+                "--layout", "split_half", "--json", str(js)], capsys)[0] == 0
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib now raises ImportError
+    code, _, err = run(["bench", "--load", str(js), "--plot", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and "matplotlib" in err and "pyrope[bench]" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_bench_rejects_unknown_case_isa_and_mixed_load(tmp_path, capsys):
     code, _, err = run(["bench", "--case", "huge"], capsys)
     assert code == 2 and "--case must be one of" in err
+    code, _, err = run(["bench", "--isa", "sse9"], capsys)
+    assert code == 2 and "--isa must be one of" in err
+    code, _, err = run(["bench", "--load", "x.json", "--case", "small"], capsys)
+    assert code == 2 and "--load" in err
+    bad = tmp_path / "other.json"
+    bad.write_text('{"format": "something else"}')
+    code, _, err = run(["bench", "--load", str(bad)], capsys)
+    assert code == 2 and "not a pyrope bench JSON file" in err
 
 
 def test_config_commands_take_the_layout_from_the_config(tmp_path, capsys):
