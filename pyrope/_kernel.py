@@ -36,6 +36,7 @@ POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,
 # ---- status codes -> exceptions ----------------------------------------------
 
 POSITION_MISS = lib.ROPE_E_POSITION  # a position outside the rows given: nothing written
+MISALIGNED = lib.ROPE_E_ALIGN        # a pointer not aligned to its element: nothing written
 
 # Which exception each C status raises (ValueError for the rest).
 _STATUS_EXCEPTIONS = {lib.ROPE_E_DTYPE: TypeError, lib.ROPE_E_OVERFLOW: OverflowError}
@@ -98,10 +99,11 @@ if _MISSING_DTYPES:  # pragma: no cover
 _BUFFER_TYPES = {n: ffi.typeof(n + "[]") for n in ("char", "float", "double", "int64_t", "uint8_t")}
 _POINTER_TYPES = {n: ffi.typeof(n + " *") for n in _BUFFER_TYPES}
 _CHARS = _BUFFER_TYPES["char"]
-# pointer()'s first step for C-contiguous arrays, callable without a Python
-# frame: the memoised direct path, which only sees such arrays, uses it as is.
-contiguous_pointer = functools.partial(ffi.from_buffer, _CHARS)
-_positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])  # always C-contiguous
+# The direct path's pointers (Call.run_direct), without a Python frame each:
+# the buffer of a C-contiguous array, or of the contiguous first head of a
+# strided one; positions are always C-contiguous int64.
+_from_buffer = ffi.from_buffer
+_positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])
 
 
 def pointer(a, writable=False, ctype="char"):
@@ -316,7 +318,8 @@ class Call:
     own descriptors (op, tensors, angles), so concurrent calls never share a
     struct that is being filled."""
 
-    __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads")
+    __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads", "wide",
+                 "firsts")
 
     def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
@@ -327,6 +330,10 @@ class Call:
         self.n_tensors = len(tensors)
         self.n_batch, self.n_seq = n_batch, n_seq
         self.n_heads = tuple(h for h, _, _ in tensors)
+        self.wide = np.dtype(dtype) == np.float64  # float64 rows (Rope._rows_for)
+        # Set by the planner for the direct path (_plan.direct_call): per tensor,
+        # how to reach the first element of x and of out (see run_direct).
+        self.firsts = None
 
     def _bind(self):
         """This thread's [op, its thread count, tensor entries, tensor array,
@@ -339,15 +346,13 @@ class Call:
         self._local.bound = bound
         return bound
 
-    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None,
-            address=pointer):
+    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
         """Rotate ``sources`` into ``results`` (ndarrays in the order of the
         tensors; ``results[i] is sources[i]``: in place; all kept referenced by
         the caller) with the angles of ``template`` (:func:`angle_template`) at
         positions ``offset + s`` (``positions`` None), one int64 position per
         token (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
-        ``(n_components, pair_component uint8 array)`` per token. ``address``:
-        :func:`contiguous_pointer` when every array is C-contiguous.
+        ``(n_components, pair_component uint8 array)`` per token.
         Returns the C status (see :func:`raise_for_status`)."""
         try:
             bound = self._local.bound
@@ -376,9 +381,75 @@ class Call:
                     bound[5] = None
             a.positions = _positions_pointer(positions)
         for d, x, out in zip(entries, sources, results):
-            d.x = px = address(x)
-            d.out = px if out is x else address(out)  # writeable: checked by the planner
+            d.x = px = pointer(x)
+            d.out = px if out is x else pointer(out)  # writeable: checked by the planner
         return lib.rope_rotate(op, t, len(entries), a)
+
+    def _angles(self, template, positions, strides):
+        """This thread's descriptors with the angles set for a direct call (see
+        :meth:`run_direct`): refilled from ``template`` only when it, the
+        position source or the strides differ from the last call's."""
+        try:
+            bound = self._local.bound
+        except AttributeError:
+            bound = self._bind()
+        if bound[1] != NUM_THREADS:
+            bound = self._bind()
+        a, held = bound[4], bound[5]
+        if positions is None:
+            if held is not template:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                bound[5] = template
+        else:
+            if held is None or held[0] is not template or held[1] != strides:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                a.strides = strides
+                a.source = _POS_LIST
+                bound[5] = (template, strides)
+            a.positions = _positions_pointer(positions)
+        return bound
+
+    def run_direct(self, x, out, template, offset, positions=None, strides=None):
+        """The direct path's run of a one-tensor Call: ``x`` into ``out`` (``out
+        is x``: in place) with the angles of ``template`` at ``offset + s``
+        (``positions`` None) or at C-contiguous int64 ``positions`` with element
+        ``strides`` (batch, seq, 0). The arrays have exactly the shapes and
+        strides this Call was planned for; ``firsts`` says how each one's first
+        element becomes a pointer: its own buffer when it is C-contiguous
+        (None), else the buffer of the head it starts with (``a[0, ..., 0]``,
+        contiguous since the last axis is). Written arrays are exported
+        writable, so a read-only one raises ``ValueError`` before C runs.
+        Returns the C status."""
+        try:
+            bound = self._local.bound
+        except AttributeError:
+            bound = None
+        if bound is None or bound[1] != NUM_THREADS or positions is not None or bound[5] is not template:
+            bound = self._angles(template, positions, strides)
+        if positions is None:
+            bound[4].offset = offset
+        d = bound[2][0]
+        fx, fo = self.firsts[0]
+        if out is x:
+            d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
+        else:
+            d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
+            d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
+        return lib.rope_rotate(bound[0], bound[3], 1, bound[4])
+
+    def run_direct_n(self, sources, results, template, offset, positions=None, strides=None):
+        """:meth:`run_direct` for a Call of several tensors (q and k): ``sources``
+        into ``results``, in the order of the tensors."""
+        bound = self._angles(template, positions, strides)
+        if positions is None:
+            bound[4].offset = offset
+        for d, (fx, fo), x, out in zip(bound[2], self.firsts, sources, results):
+            if out is x:
+                d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
+            else:
+                d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
+                d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
+        return lib.rope_rotate(bound[0], bound[3], self.n_tensors, bound[4])
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):

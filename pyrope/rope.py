@@ -344,13 +344,11 @@ class Rope:
         """
         if inverse is not False and inverse is not True:
             inverse = as_bool("inverse", inverse)
-        if angles == "auto" and (out is None or out is x):
-            done = _direct(self, (x,), positions, offset, seq_axis, out is not None, inverse)
+        if angles == "auto":
+            done = _direct(self, x, out, positions, offset, seq_axis, inverse)
             if done is not None:
-                return done[0]
-        job = _Job(self, positions, offset, seq_axis, angles)
-        job.add("x", x, out, "out")
-        return job.run(inverse, "Rope.apply")[0]
+                return done
+        return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
         """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
@@ -361,24 +359,11 @@ class Rope:
         each token's cos/sin row is read once for both. Values are never
         rotated: pass only q and k. See :meth:`apply` for the rest.
         """
-        if angles == "auto" and (
-                out is None or (type(out) is tuple and len(out) == 2 and out[0] is q and out[1] is k)):
-            done = _direct(self, (q, k), positions, offset, seq_axis, out is not None, False)
+        if angles == "auto":
+            done = _direct_qk(self, q, k, out, positions, offset, seq_axis)
             if done is not None:
                 return done
-        if out is None:
-            q_out = k_out = None
-        elif isinstance(out, (tuple, list)) and len(out) == 2:
-            q_out, k_out = out
-        else:
-            raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
-        job = _Job(self, positions, offset, seq_axis, angles)
-        job.add("q", q, q_out, "out[0]")
-        as_float_array("k", k, (q.dtype,))
-        job.add("k", k, k_out, "out[1]")
-        if not _plan.same_tokens(q, k, job.seq_axis):
-            raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
-        return tuple(job.run(False, "Rope.apply_qk"))
+        return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
@@ -400,6 +385,34 @@ class Rope:
         """
         from .cache import convert_keys
         return convert_keys(self, k, positions, to_rope, seq_axis=seq_axis, out=out)
+
+
+def _out_pair(out):
+    """``apply_qk``'s ``out``: None or a pair, as ``(q_out, k_out)``."""
+    if out is None:
+        return None, None
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return out[0], out[1]
+    raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
+
+
+def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
+    """``apply`` through the general path: any strides, overlaps, positions."""
+    job = _Job(rope, positions, offset, seq_axis, angles)
+    job.add("x", x, out, "out")
+    return job.run(inverse, "Rope.apply")[0]
+
+
+def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
+    """``apply_qk`` through the general path."""
+    q_out, k_out = _out_pair(out)
+    job = _Job(rope, positions, offset, seq_axis, angles)
+    job.add("q", q, q_out, "out[0]")
+    as_float_array("k", k, (q.dtype,))
+    job.add("k", k, k_out, "out[1]")
+    if not _plan.same_tokens(q, k, job.seq_axis):
+        raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
+    return tuple(job.run(False, "Rope.apply_qk"))
 
 
 class _Job:
@@ -460,65 +473,141 @@ class _Job:
         return outputs
 
 
-# ---- the direct path: repeated calls on contiguous arrays -----------------------
+# ---- the direct path: repeated calls on the same shapes and strides ------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
-# For the common case (C-contiguous arrays, offset= or int64 positions of
-# shape [seq] or [*batch, seq], cached table rows, results new or in place)
+# For the common cases (arrays the kernel can address as they are, offset= or
+# int64 positions of shape [seq] or [*batch, seq], cached table rows, results
+# in place, new, or written into another array such as a slice of a KV cache)
 # the planner's memoised Call holds the descriptors, so a call is a dict
-# lookup, a window check and one C call. C checks every position against the
-# cached rows before writing; a miss there, or anything else, returns None
-# and takes the general, fully checked path (which grows the cache).
+# lookup on shapes and strides, a window check, the pointers and one C call.
+# What depends on the pointers is checked per call: outputs must not share a
+# byte's bounds with another array (else the general path decides: copies or
+# a refusal), written arrays must be writeable (their buffers are exported
+# writable), and C checks alignment and every position before writing. A
+# miss anywhere returns None and the general, fully checked path runs (and
+# grows the cache).
 
-def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
-    """The results of rotating C-contiguous ``arrays`` through the memoised
-    plan, or None when the call needs the general path."""
-    if type(offset) is not int or type(seq_axis) is not int:  # -3.0 == -3: never a memo key
+_ndarray = np.ndarray
+_may_share = np.may_share_memory
+_UNPLANNED = _plan.UNPLANNED
+_FRESH = _plan.FRESH
+_FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED)  # C wrote nothing: the general path copes
+
+
+def _direct(rope, x, out, positions, offset, seq_axis, inverse):
+    """``apply``'s direct path: the result, or None when the call needs the
+    general path."""
+    if type(x) is not _ndarray or type(offset) is not int or type(seq_axis) is not int:
+        return None   # (-3.0 == -3: a float seq_axis must never find an int's plan)
+    if out is x:
+        mark = None
+    elif out is None:
+        mark = _FRESH
+    elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not _may_share(x, out):
+        mark = out.strides
+    else:
         return None
-    for a in arrays:  # C-contiguous, aligned and writeable (numpy's "carray")
-        if type(a) is not np.ndarray or not a.flags.carray:
-            return None
-    # the rows of the arrays' arithmetic type: float64 rows for float64 arrays
-    # (a call with q and k of other dtypes has no memoised plan: None below)
-    tables = rope._tables64 if arrays[0].dtype == np.float64 else rope._tables
-    window = None if tables is None else tables.window
-    if window is None:
-        return None
-    if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
-        return None
-    key = _plan.direct_key(arrays, seq_axis, inverse, rope._plan_key)
-    call = _plan.CALLS.get(key, _plan.UNPLANNED)
-    if call is _plan.UNPLANNED:
-        call = _plan.direct_call(key, arrays, seq_axis, inverse, rope._plan_key)
+    key = (x.shape, x.strides, mark, x.dtype, seq_axis, inverse, rope._plan_key)
+    call = _plan.CALLS.get(key, _UNPLANNED)
+    if call is _UNPLANNED:
+        call = _plan.direct_call(key, (x,), seq_axis, inverse, rope._plan_key, (out,))
     if call is None:
         return None
-    n_seq = call.n_seq
+    tables = rope._tables64 if call.wide else rope._tables
+    if tables is None or (window := tables.window) is None:
+        return None
     if positions is None:
-        if offset < window.start or offset + n_seq > window.stop:
+        if offset < window.start or offset + call.n_seq > window.stop:
             return None
         strides = None
-    elif type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64 and positions.size:
-        pflags = positions.flags
-        if not pflags.c_contiguous or not pflags.aligned:
+    elif (strides := _position_strides(positions, offset, call.n_seq, x)) is None:
+        return None
+    if out is None:
+        out = _plan.fresh_result(x)
+    try:
+        status = call.run_direct(x, out, window.angles, offset, positions, strides)
+    except builtins.ValueError:  # an output that is read-only: the general path names it
+        return None
+    if status:
+        if status in _FALL_BACK:
             return None
-        if positions.shape == (n_seq,):
-            strides = (0, 1, 0)
-        elif positions.shape == arrays[0].shape[:-3] + (n_seq,):
-            strides = (n_seq, 1, 0)
-        else:
+        _kernel.raise_for_status(status, "Rope.apply")
+    return out
+
+
+def _direct_qk(rope, q, k, out, positions, offset, seq_axis):
+    """``apply_qk``'s direct path: ``(q_rot, k_rot)``, or None for the general path."""
+    if (type(q) is not _ndarray or type(k) is not _ndarray or k.dtype is not q.dtype
+            or type(offset) is not int or type(seq_axis) is not int or _may_share(q, k)):
+        return None
+    if out is None:
+        qo = ko = None
+    elif type(out) is tuple and len(out) == 2:
+        qo, ko = out
+        for o, x in ((qo, q), (ko, k)):
+            if o is not x and (type(o) is not _ndarray or o.dtype is not q.dtype or o.shape != x.shape
+                               or _may_share(o, q) or _may_share(o, k)):
+                return None
+        if qo is not q and ko is not k and _may_share(qo, ko):
             return None
     else:
         return None
-    if in_place:
-        results = arrays
-    elif len(arrays) == 1:
-        results = (np.empty_like(arrays[0]),)
-    else:
-        results = (np.empty_like(arrays[0]), np.empty_like(arrays[1]))
-    status = call.run(arrays, results, window.angles, positions, offset, strides, None,
-                      _kernel.contiguous_pointer)
+    key = (q.shape, q.strides, None if qo is q else _FRESH if qo is None else qo.strides,
+           k.shape, k.strides, None if ko is k else _FRESH if ko is None else ko.strides,
+           q.dtype, seq_axis, False, rope._plan_key)
+    call = _plan.CALLS.get(key, _UNPLANNED)
+    if call is _UNPLANNED:
+        call = _plan.direct_call(key, (q, k), seq_axis, False, rope._plan_key, (qo, ko))
+    if call is None:
+        return None
+    results = (_plan.fresh_result(q) if qo is None else qo, _plan.fresh_result(k) if ko is None else ko)
+    if _launch(rope, call, (q, k), results, positions, offset, "Rope.apply_qk"):
+        return results
+    return None
+
+
+def _position_strides(positions, offset, n_seq, x):
+    """Element strides (batch, seq, 0) under which C reads ``positions`` for the
+    direct path, or None when they need the general path (not a C-contiguous,
+    aligned int64 array of shape [seq] or x's [*batch, seq], or with an offset)."""
+    if type(positions) is not _ndarray or offset != 0 or positions.dtype != np.int64 or not positions.size:
+        return None
+    pflags = positions.flags
+    if not pflags.c_contiguous or not pflags.aligned:
+        return None
+    if positions.shape == (n_seq,):
+        return (0, 1, 0)
+    if positions.shape == x.shape[:-3] + (n_seq,):
+        return (n_seq, 1, 0)
+    return None
+
+
+def _launch(rope, call, sources, results, positions, offset, where):
+    """Run a direct ``call`` of any number of tensors with the rope's cached
+    rows: True when done, False when the general path must run (rows not
+    cached, positions in another form, a read-only output, a misaligned
+    pointer, a position outside the rows: nothing was written). Other C
+    refusals raise, naming ``where``."""
+    tables = rope._tables64 if call.wide else rope._tables
+    if tables is None or (window := tables.window) is None:
+        return False
+    if positions is None:
+        if offset < window.start or offset + call.n_seq > window.stop:
+            return False
+        strides = None
+    elif (strides := _position_strides(positions, offset, call.n_seq, sources[0])) is None:
+        return False
+    try:
+        if call.n_tensors == 1:
+            status = call.run_direct(sources[0], results[0], window.angles, offset, positions, strides)
+        else:
+            status = call.run_direct_n(sources, results, window.angles, offset, positions, strides)
+    except builtins.ValueError:  # an output that is read-only: the general path names it
+        return False
     if status:
-        if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
-            return None                      # nothing; the general path grows the cache
-        _kernel.raise_for_status(status, "Rope.apply_qk" if len(arrays) == 2 else "Rope.apply")
-    return results
+        if status in _FALL_BACK:
+            return False
+        _kernel.raise_for_status(status, where)
+    return True
+
