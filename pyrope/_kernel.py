@@ -104,6 +104,7 @@ _CHARS = _BUFFER_TYPES["char"]
 # strided one; positions are always C-contiguous int64.
 _from_buffer = ffi.from_buffer
 _positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])
+_rotate = lib.rope_rotate
 
 
 def pointer(a, writable=False, ctype="char"):
@@ -319,7 +320,7 @@ class Call:
     struct that is being filled."""
 
     __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads", "wide",
-                 "firsts")
+                 "firsts", "_first_x", "_first_out")
 
     def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
@@ -331,9 +332,7 @@ class Call:
         self.n_batch, self.n_seq = n_batch, n_seq
         self.n_heads = tuple(h for h, _, _ in tensors)
         self.wide = np.dtype(dtype) == np.float64  # float64 rows (Rope._rows_for)
-        # Set by the planner for the direct path (_plan.direct_call): per tensor,
-        # how to reach the first element of x and of out (see run_direct).
-        self.firsts = None
+        self.firsts = self._first_x = self._first_out = None  # the direct path's (set_firsts)
 
     def _bind(self):
         """This thread's [op, its thread count, tensor entries, tensor array,
@@ -386,9 +385,9 @@ class Call:
         return lib.rope_rotate(op, t, len(entries), a)
 
     def _angles(self, template, positions, strides):
-        """This thread's descriptors with the angles set for a direct call (see
-        :meth:`run_direct`): refilled from ``template`` only when it, the
-        position source or the strides differ from the last call's."""
+        """This thread's descriptors (:meth:`_bind`) with the angles set for a
+        direct call: refilled from ``template`` only when it, the position
+        source or the strides differ from the last call's on this thread."""
         try:
             bound = self._local.bound
         except AttributeError:
@@ -409,47 +408,77 @@ class Call:
             a.positions = _positions_pointer(positions)
         return bound
 
-    def run_direct(self, x, out, template, offset, positions=None, strides=None):
-        """The direct path's run of a one-tensor Call: ``x`` into ``out`` (``out
-        is x``: in place) with the angles of ``template`` at ``offset + s``
-        (``positions`` None) or at C-contiguous int64 ``positions`` with element
-        ``strides`` (batch, seq, 0). The arrays have exactly the shapes and
-        strides this Call was planned for; ``firsts`` says how each one's first
-        element becomes a pointer: its own buffer when it is C-contiguous
-        (None), else the buffer of the head it starts with (``a[0, ..., 0]``,
-        contiguous since the last axis is). Written arrays are exported
+    def set_firsts(self, firsts):
+        """How the direct path reaches each tensor's first elements (the
+        planner's): per tensor ``(x's, out's)``, each None (the array is
+        C-contiguous: its own buffer) or the index of its first head
+        (``a[0, ..., 0]``, contiguous since the last axis is)."""
+        self.firsts = tuple(firsts)
+        self._first_x, self._first_out = self.firsts[0]
+
+    def run_direct(self, x, out, template, offset):
+        """The direct path's hot run: one tensor, ``x`` into ``out`` (``out is
+        x``: in place), at positions ``offset + s`` with the angles of
+        ``template``. The arrays have exactly the shapes and strides this Call
+        was planned for (:meth:`set_firsts`). Written arrays are exported
         writable, so a read-only one raises ``ValueError`` before C runs.
         Returns the C status."""
         try:
-            bound = self._local.bound
+            op, threads, entries, t, a, held = self._local.bound
         except AttributeError:
-            bound = None
-        if bound is None or bound[1] != NUM_THREADS or positions is not None or bound[5] is not template:
-            bound = self._angles(template, positions, strides)
-        if positions is None:
-            bound[4].offset = offset
-        d = bound[2][0]
-        fx, fo = self.firsts[0]
+            op, threads, entries, t, a, held = self._angles(template, None, None)
+        else:
+            if threads != NUM_THREADS or held is not template:
+                op, threads, entries, t, a, held = self._angles(template, None, None)
+        a.offset = offset
+        d = entries[0]
+        fx = self._first_x
         if out is x:
             d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
         else:
             d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
+            fo = self._first_out
             d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
-        return lib.rope_rotate(bound[0], bound[3], 1, bound[4])
+        return _rotate(op, t, 1, a)
+
+    def run_direct2(self, q, q_out, k, k_out, template, offset):
+        """:meth:`run_direct` for a Call of two tensors (q and k)."""
+        try:
+            op, threads, entries, t, a, held = self._local.bound
+        except AttributeError:
+            op, threads, entries, t, a, held = self._angles(template, None, None)
+        else:
+            if threads != NUM_THREADS or held is not template:
+                op, threads, entries, t, a, held = self._angles(template, None, None)
+        a.offset = offset
+        dq, dk = entries
+        (fx, fo), (gx, go) = self.firsts
+        if q_out is q:
+            dq.x = dq.out = _from_buffer(_CHARS, q if fx is None else q[fx], True)
+        else:
+            dq.x = _from_buffer(_CHARS, q if fx is None else q[fx])
+            dq.out = _from_buffer(_CHARS, q_out if fo is None else q_out[fo], True)
+        if k_out is k:
+            dk.x = dk.out = _from_buffer(_CHARS, k if gx is None else k[gx], True)
+        else:
+            dk.x = _from_buffer(_CHARS, k if gx is None else k[gx])
+            dk.out = _from_buffer(_CHARS, k_out if go is None else k_out[go], True)
+        return _rotate(op, t, 2, a)
 
     def run_direct_n(self, sources, results, template, offset, positions=None, strides=None):
-        """:meth:`run_direct` for a Call of several tensors (q and k): ``sources``
-        into ``results``, in the order of the tensors."""
-        bound = self._angles(template, positions, strides)
+        """:meth:`run_direct` for any number of tensors (q and k, in their
+        order), at ``offset + s`` (``positions`` None) or at C-contiguous int64
+        ``positions`` read with element ``strides`` (batch, seq, 0)."""
+        op, _, entries, t, a, _ = self._angles(template, positions, strides)
         if positions is None:
-            bound[4].offset = offset
-        for d, (fx, fo), x, out in zip(bound[2], self.firsts, sources, results):
+            a.offset = offset
+        for d, (fx, fo), x, out in zip(entries, self.firsts, sources, results):
             if out is x:
                 d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
             else:
                 d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
                 d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
-        return lib.rope_rotate(bound[0], bound[3], self.n_tensors, bound[4])
+        return _rotate(op, t, self.n_tensors, a)
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):

@@ -245,6 +245,13 @@ def out_mark(x, out):
     return None if out is x else FRESH if out is None else out.strides
 
 
+def plan_tag(rope_key):
+    """``rope_key`` (layout, rotary_dim, head_dim) as memo keys hold it: one
+    string, whose hash Python keeps (a tuple's is recomputed every lookup)."""
+    layout, rotary_dim, head_dim = rope_key
+    return f"{layout}/{rotary_dim}/{head_dim}"
+
+
 def direct_key(arrays, seq_axis, inverse, rope_key, outs=None):
     """The memo key of :func:`direct_call`: each array's shape and strides and
     its output's mark (:func:`out_mark`; ``outs`` None: every array in place),
@@ -253,12 +260,13 @@ def direct_key(arrays, seq_axis, inverse, rope_key, outs=None):
     slots of a cache hits the same entry every step. The direct path builds
     the same tuples inline (tests hold the two equal)."""
     outs = arrays if outs is None else outs
+    tag = plan_tag(rope_key)
     if len(arrays) == 1:
         x = arrays[0]
-        return (x.shape, x.strides, out_mark(x, outs[0]), x.dtype, seq_axis, inverse, rope_key)
+        return (x.shape, x.strides, out_mark(x, outs[0]), x.dtype, seq_axis, inverse, tag)
     q, k = arrays
     return (q.shape, q.strides, out_mark(q, outs[0]), k.shape, k.strides, out_mark(k, outs[1]), q.dtype,
-            seq_axis, inverse, rope_key)
+            seq_axis, inverse, tag)
 
 
 def fresh_result(x):
@@ -323,7 +331,7 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
         firsts.append((_first_element(x), _first_element(result)))
     v = as_4d(token_view(first, seq_axis))
     call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors)
-    call.firsts = tuple(firsts)
+    call.set_firsts(firsts)
     return call, None
 
 

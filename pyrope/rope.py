@@ -53,7 +53,7 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_tables64", "_plan_key",
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_tables64", "_plan_key", "_plan_tag",
                  "_mrope_section", "_mrope_interleaved", "_pair_component",
                  "_softmax_scale_factor", "_layout_source")
 
@@ -90,6 +90,7 @@ class Rope:
         self._tables = TableCache(inv_freq, self._attention_factor)  # float32 rows served so far
         self._tables64 = None  # float64 rows for float64 arrays, made on first use (_rows_for)
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
+        self._plan_tag = _plan.plan_tag(self._plan_key)        # the same, as memo keys hold it
         # from_hf_config and from_contract set these two after construction
         self._softmax_scale_factor = 1.0
         self._layout_source = "argument"
@@ -344,10 +345,40 @@ class Rope:
         """
         if inverse is not False and inverse is not True:
             inverse = as_bool("inverse", inverse)
-        if angles == "auto":
-            done = _direct(self, x, out, positions, offset, seq_axis, inverse)
-            if done is not None:
-                return done
+        # The direct path (see "the direct path" below), inline: a decode call
+        # is mostly the Python around its C call. -3.0 == -3, so only an int
+        # seq_axis may look a plan up.
+        if angles == "auto" and type(x) is _ndarray and type(offset) is int and type(seq_axis) is int:
+            if out is x:
+                mark = None
+            elif out is None:
+                mark = _FRESH
+            elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not _may_share(x, out):
+                mark = out.strides
+            else:
+                mark = _GENERAL
+            if mark is not _GENERAL:
+                call = _plan.CALLS.get((x.shape, x.strides, mark, x.dtype, seq_axis, inverse, self._plan_tag),
+                                       _UNPLANNED)
+                if call is _UNPLANNED:
+                    call = _plan.direct_call(_plan.direct_key((x,), seq_axis, inverse, self._plan_key, (out,)),
+                                             (x,), seq_axis, inverse, self._plan_key, (out,))
+                if call is not None:
+                    result = _plan.fresh_result(x) if out is None else out
+                    if positions is None:
+                        tables = self._tables64 if call.wide else self._tables
+                        window = None if tables is None else tables.window
+                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                            try:
+                                status = call.run_direct(x, result, window.angles, offset)
+                            except builtins.ValueError:  # a read-only output: the general path names it
+                                status = -1
+                            if not status:
+                                return result
+                            if status > 0 and status not in _FALL_BACK:
+                                _kernel.raise_for_status(status, "Rope.apply")
+                    elif _launch(self, call, (x,), (result,), positions, offset, "Rope.apply"):
+                        return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
@@ -359,10 +390,42 @@ class Rope:
         each token's cos/sin row is read once for both. Values are never
         rotated: pass only q and k. See :meth:`apply` for the rest.
         """
-        if angles == "auto":
-            done = _direct_qk(self, q, k, out, positions, offset, seq_axis)
-            if done is not None:
-                return done
+        # The direct path, inline as in apply.
+        if (angles == "auto" and type(q) is _ndarray and type(k) is _ndarray and type(offset) is int
+                and type(seq_axis) is int and k.dtype is q.dtype):
+            if out is None:
+                qo = ko = None
+                marks = (_FRESH, _FRESH)
+            elif type(out) is tuple and len(out) == 2:
+                qo, ko = out
+                marks = (None, None) if qo is q and ko is k else _qk_marks(q, k, qo, ko)
+            else:
+                marks = None
+            if marks is not None and not _may_share(q, k):
+                call = _plan.CALLS.get((q.shape, q.strides, marks[0], k.shape, k.strides, marks[1], q.dtype,
+                                        seq_axis, False, self._plan_tag), _UNPLANNED)
+                if call is _UNPLANNED:
+                    call = _plan.direct_call(_plan.direct_key((q, k), seq_axis, False, self._plan_key, (qo, ko)),
+                                             (q, k), seq_axis, False, self._plan_key, (qo, ko))
+                if call is not None:
+                    if qo is None:
+                        qo = _plan.fresh_result(q)
+                    if ko is None:
+                        ko = _plan.fresh_result(k)
+                    if positions is None:
+                        tables = self._tables64 if call.wide else self._tables
+                        window = None if tables is None else tables.window
+                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                            try:
+                                status = call.run_direct2(q, qo, k, ko, window.angles, offset)
+                            except builtins.ValueError:  # a read-only output: the general path names it
+                                status = -1
+                            if not status:
+                                return qo, ko
+                            if status > 0 and status not in _FALL_BACK:
+                                _kernel.raise_for_status(status, "Rope.apply_qk")
+                    elif _launch(self, call, (q, k), (qo, ko), positions, offset, "Rope.apply_qk"):
+                        return qo, ko
         return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
@@ -493,78 +556,28 @@ _may_share = np.may_share_memory
 _UNPLANNED = _plan.UNPLANNED
 _FRESH = _plan.FRESH
 _FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED)  # C wrote nothing: the general path copes
+_GENERAL = object()  # an output the direct path does not take
 
 
-def _direct(rope, x, out, positions, offset, seq_axis, inverse):
-    """``apply``'s direct path: the result, or None when the call needs the
-    general path."""
-    if type(x) is not _ndarray or type(offset) is not int or type(seq_axis) is not int:
-        return None   # (-3.0 == -3: a float seq_axis must never find an int's plan)
-    if out is x:
-        mark = None
-    elif out is None:
-        mark = _FRESH
-    elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not _may_share(x, out):
-        mark = out.strides
-    else:
-        return None
-    key = (x.shape, x.strides, mark, x.dtype, seq_axis, inverse, rope._plan_key)
-    call = _plan.CALLS.get(key, _UNPLANNED)
-    if call is _UNPLANNED:
-        call = _plan.direct_call(key, (x,), seq_axis, inverse, rope._plan_key, (out,))
-    if call is None:
-        return None
-    tables = rope._tables64 if call.wide else rope._tables
-    if tables is None or (window := tables.window) is None:
-        return None
-    if positions is None:
-        if offset < window.start or offset + call.n_seq > window.stop:
+def _qk_marks(q, k, qo, ko):
+    """The memo marks of apply_qk's outputs ``qo`` and ``ko`` (in place, new or
+    their strides), or None when the direct path cannot take them: not arrays
+    of their input's shape and dtype, or sharing byte bounds with an input or
+    with each other (the general path then copies or refuses)."""
+    marks = []
+    for o, x in ((qo, q), (ko, k)):
+        if o is x:
+            marks.append(None)
+        elif o is None:
+            marks.append(_FRESH)
+        elif (type(o) is not _ndarray or o.dtype is not x.dtype or o.shape != x.shape
+              or _may_share(o, q) or _may_share(o, k)):
             return None
-        strides = None
-    elif (strides := _position_strides(positions, offset, call.n_seq, x)) is None:
+        else:
+            marks.append(o.strides)
+    if type(qo) is _ndarray and type(ko) is _ndarray and qo is not q and ko is not k and _may_share(qo, ko):
         return None
-    if out is None:
-        out = _plan.fresh_result(x)
-    try:
-        status = call.run_direct(x, out, window.angles, offset, positions, strides)
-    except builtins.ValueError:  # an output that is read-only: the general path names it
-        return None
-    if status:
-        if status in _FALL_BACK:
-            return None
-        _kernel.raise_for_status(status, "Rope.apply")
-    return out
-
-
-def _direct_qk(rope, q, k, out, positions, offset, seq_axis):
-    """``apply_qk``'s direct path: ``(q_rot, k_rot)``, or None for the general path."""
-    if (type(q) is not _ndarray or type(k) is not _ndarray or k.dtype is not q.dtype
-            or type(offset) is not int or type(seq_axis) is not int or _may_share(q, k)):
-        return None
-    if out is None:
-        qo = ko = None
-    elif type(out) is tuple and len(out) == 2:
-        qo, ko = out
-        for o, x in ((qo, q), (ko, k)):
-            if o is not x and (type(o) is not _ndarray or o.dtype is not q.dtype or o.shape != x.shape
-                               or _may_share(o, q) or _may_share(o, k)):
-                return None
-        if qo is not q and ko is not k and _may_share(qo, ko):
-            return None
-    else:
-        return None
-    key = (q.shape, q.strides, None if qo is q else _FRESH if qo is None else qo.strides,
-           k.shape, k.strides, None if ko is k else _FRESH if ko is None else ko.strides,
-           q.dtype, seq_axis, False, rope._plan_key)
-    call = _plan.CALLS.get(key, _UNPLANNED)
-    if call is _UNPLANNED:
-        call = _plan.direct_call(key, (q, k), seq_axis, False, rope._plan_key, (qo, ko))
-    if call is None:
-        return None
-    results = (_plan.fresh_result(q) if qo is None else qo, _plan.fresh_result(k) if ko is None else ko)
-    if _launch(rope, call, (q, k), results, positions, offset, "Rope.apply_qk"):
-        return results
-    return None
+    return marks
 
 
 def _position_strides(positions, offset, n_seq, x):
@@ -599,8 +612,8 @@ def _launch(rope, call, sources, results, positions, offset, where):
     elif (strides := _position_strides(positions, offset, call.n_seq, sources[0])) is None:
         return False
     try:
-        if call.n_tensors == 1:
-            status = call.run_direct(sources[0], results[0], window.angles, offset, positions, strides)
+        if positions is None and call.n_tensors == 1:
+            status = call.run_direct(sources[0], results[0], window.angles, offset)
         else:
             status = call.run_direct_n(sources, results, window.angles, offset, positions, strides)
     except builtins.ValueError:  # an output that is read-only: the general path names it
