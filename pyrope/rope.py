@@ -428,6 +428,45 @@ class Rope:
                         return qo, ko
         return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
 
+    # ---- prepared calls (a backend's decode loop) ------------------------------
+
+    def prepare(self, x, out=None, *, seq_axis=-3, inverse=False):
+        """A :class:`PreparedRotation` for arrays laid out like ``x`` and ``out``.
+
+        ``x`` and ``out`` are examples: the prepared call takes arrays of
+        exactly their shapes, strides and dtype, e.g. ``out=cache[:, 0:1]`` for
+        a decode step that writes into successive slots ``cache[:, pos:pos+1]``
+        of a KV cache (every slot has the same strides). ``out``: ``None``
+        (each call returns a new array), ``x`` itself (in place; each call
+        passes ``out=x``) or an array of x's shape and dtype. ``seq_axis`` and
+        ``inverse`` as in :meth:`apply`. The plan is made here, once: each call
+        then checks its arrays against it and fills in pointers and positions
+        (docs/BACKENDS.md).
+
+        Raises ``TypeError``/``ValueError`` naming the argument for what
+        :meth:`apply` would refuse, and for layouts the kernel cannot address
+        without a copy (a last axis that is not contiguous, strides that are
+        not whole elements, batch dims that do not merge).
+        """
+        inverse = as_bool("inverse", inverse)
+        _Job(self, None, 0, seq_axis).add("x", x, out, "out")
+        return _PreparedApply(self, (x,), (out,), int(seq_axis), inverse, ("x",), ("out",))
+
+    def prepare_qk(self, q, k, out=None, *, seq_axis=-3):
+        """A :class:`PreparedRotation` of q and k together (see :meth:`prepare`):
+        arrays laid out like ``q`` and ``k``, written to ``out`` = ``None`` (new
+        arrays) or a pair ``(q_out, k_out)``, each the array itself (in place)
+        or an array of its shape and dtype, e.g. ``out=(q, k_cache[:, 0:1])``."""
+        q_out, k_out = _out_pair(out)
+        job = _Job(self, None, 0, seq_axis)
+        job.add("q", q, q_out, "out[0]")
+        as_float_array("k", k, (q.dtype,))
+        job.add("k", k, k_out, "out[1]")
+        if not _plan.same_tokens(q, k, job.seq_axis):
+            raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
+        return _PreparedApplyQK(self, (q, k), (q_out, k_out), job.seq_axis, False, ("q", "k"),
+                                ("out[0]", "out[1]"))
+
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
     def rerotate(self, k, from_positions, to_positions, *, seq_axis=-3):
@@ -624,3 +663,153 @@ def _launch(rope, call, sources, results, positions, offset, where):
         _kernel.raise_for_status(status, where)
     return True
 
+
+# ---- prepared calls -------------------------------------------------------------------
+
+_IN_PLACE = None   # a prepared output's mode: in place, a new array (_FRESH) or a given one's strides
+
+
+class PreparedRotation:
+    """One rotation planned ahead (:meth:`Rope.prepare`, :meth:`Rope.prepare_qk`),
+    run again and again on arrays of the same layout.
+
+    ``prepared(x, out=..., offset=..., positions=...)`` (prepared with
+    ``prepare_qk``: ``prepared(q, k, out=(q_out, k_out), ...)``) rotates like
+    :meth:`Rope.apply` (:meth:`Rope.apply_qk`) and returns the same. Each
+    array must have the shape, strides and dtype of the example it was
+    prepared with, and ``out`` the same kind (``x`` itself when prepared in
+    place, None when prepared with None), else ``TypeError``/``ValueError``
+    names the argument before anything is written. ``offset`` (an int) or
+    ``positions`` (int64, shape ``[seq]`` or ``[*batch, seq]``) as in
+    ``apply``.
+
+    A call checks that, fills this thread's descriptors (the pointers and the
+    positions) and runs the kernel with the rows the Rope keeps: no plan, no
+    memo lookup. Anything else takes ``apply``'s general path, with the same
+    bits: positions outside the kept rows (which grows them) or in another
+    form, arrays that overlap, a pointer not aligned to its element, a
+    read-only output (which raises there). Safe to share between threads.
+    """
+
+    __slots__ = ("_rope", "_call", "_names", "_out_names", "_layouts", "_modes", "_seq_axis", "_inverse")
+
+    def __init__(self, rope, arrays, outs, seq_axis, inverse, names, out_names):
+        call, reason = _plan.plan_direct(arrays, outs, seq_axis, inverse, rope._plan_key)
+        if call is None:
+            raise ValueError(f"cannot prepare this rotation: {reason}; Rope.apply takes any layout "
+                             f"(through a copy)")
+        self._rope, self._call = rope, call
+        self._names, self._out_names = names, out_names
+        self._layouts = tuple((a.shape, a.strides, a.dtype) for a in arrays)
+        self._modes = tuple(_IN_PLACE if o is x else _FRESH if o is None else o.strides
+                            for x, o in zip(arrays, outs))
+        self._seq_axis, self._inverse = seq_axis, inverse
+
+    def __repr__(self):
+        def mode(m, name):
+            return "in place" if m is _IN_PLACE else "into a new array" if m is _FRESH else f"into {name} strides {m}"
+        parts = [f"{n}: shape {shape}, strides {strides}, {dtype}, {mode(m, o)}"
+                 for n, o, (shape, strides, dtype), m in zip(self._names, self._out_names, self._layouts,
+                                                              self._modes)]
+        return f"<PreparedRotation {'; '.join(parts)}; seq_axis={self._seq_axis}, inverse={self._inverse}>"
+
+    def _result(self, i, x, out):
+        """The array tensor ``i`` is written to, once ``x`` and ``out`` match
+        the prepared layouts (a new array when prepared so); raises naming the
+        argument."""
+        name, out_name = self._names[i], self._out_names[i]
+        shape, strides, dtype = self._layouts[i]
+        if type(x) is not _ndarray:
+            raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+        if x.shape != shape or x.strides != strides or x.dtype != dtype:
+            raise ValueError(f"{name} must have the shape, strides and dtype this call was prepared for "
+                             f"({shape}, {strides}, {dtype}), got ({x.shape}, {x.strides}, {x.dtype})")
+        mode = self._modes[i]
+        if mode is _IN_PLACE:
+            if out is not x:
+                raise ValueError(f"this call was prepared to rotate {name} in place: pass {out_name}={name}")
+            return x
+        if mode is _FRESH:
+            if out is not None:
+                raise ValueError(f"this call was prepared to return a new {name}: pass {out_name}=None")
+            return _plan.fresh_result(x)
+        if type(out) is not _ndarray:
+            raise TypeError(f"{out_name} must be a numpy.ndarray, got {type(out).__name__}")
+        if out.shape != shape or out.strides != mode or out.dtype != dtype:
+            raise ValueError(f"{out_name} must have the shape, strides and dtype this call was prepared for "
+                             f"({shape}, {mode}, {dtype}), got ({out.shape}, {out.strides}, {out.dtype})")
+        return out
+
+
+class _PreparedApply(PreparedRotation):
+    """A prepared :meth:`Rope.apply`."""
+
+    __slots__ = ("_shape", "_strides", "_dtype", "_mode")
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        (self._shape, self._strides, self._dtype), self._mode = self._layouts[0], self._modes[0]
+
+    def __call__(self, x, out=None, *, offset=0, positions=None):
+        """Rotate ``x`` into ``out`` (see :class:`PreparedRotation`); returns the result."""
+        if type(offset) is not int:
+            offset = as_int("offset", offset)
+        mode = self._mode
+        if (type(x) is not _ndarray or x.dtype is not self._dtype or x.shape != self._shape
+                or x.strides != self._strides or (out is not x if mode is _IN_PLACE else out is not None
+                                                  if mode is _FRESH else type(out) is not _ndarray
+                                                  or out.dtype is not self._dtype or out.strides != mode
+                                                  or out.shape != self._shape)):
+            result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
+        else:
+            result = _plan.fresh_result(x) if mode is _FRESH else out
+        rope, call = self._rope, self._call
+        if result is x or mode is _FRESH or not _may_share(x, result):
+            if positions is None:
+                tables = rope._tables64 if call.wide else rope._tables
+                window = None if tables is None else tables.window
+                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                    try:
+                        status = call.run_direct(x, result, window.angles, offset)
+                    except builtins.ValueError:  # a read-only output: the general path names it
+                        status = -1
+                    if not status:
+                        return result
+                    if status > 0 and status not in _FALL_BACK:
+                        _kernel.raise_for_status(status, "prepared rotation")
+            elif _launch(rope, call, (x,), (result,), positions, offset, "prepared rotation"):
+                return result
+        return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
+
+
+class _PreparedApplyQK(PreparedRotation):
+    """A prepared :meth:`Rope.apply_qk`."""
+
+    __slots__ = ()
+
+    def __call__(self, q, k, out=None, *, offset=0, positions=None):
+        """Rotate ``q`` and ``k`` into ``out`` (see :class:`PreparedRotation`);
+        returns ``(q_rot, k_rot)``."""
+        if type(offset) is not int:
+            offset = as_int("offset", offset)
+        q_out, k_out = _out_pair(out)
+        results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
+        rope, call = self._rope, self._call
+        if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
+                or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
+                or (qo is not q and ko is not k and _may_share(qo, ko))):
+            if positions is None:
+                tables = rope._tables64 if call.wide else rope._tables
+                window = None if tables is None else tables.window
+                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                    try:
+                        status = call.run_direct2(q, qo, k, ko, window.angles, offset)
+                    except builtins.ValueError:  # a read-only output: the general path names it
+                        status = -1
+                    if not status:
+                        return results
+                    if status > 0 and status not in _FALL_BACK:
+                        _kernel.raise_for_status(status, "prepared rotation")
+            elif _launch(rope, call, (q, k), results, positions, offset, "prepared rotation"):
+                return results
+        return _general_qk(rope, q, k, positions, offset, self._seq_axis, results, "auto")
