@@ -327,7 +327,9 @@ class Rope:
           ones; plain positions and ``offset=`` mean exactly that). Positions
           ``[k, seq]`` that fit a batch of k sequences are read as plain.
         - ``out``: ``None`` returns a new array; ``out=x`` rotates in place;
-          another array of x's shape and dtype receives the result.
+          another array of x's shape and dtype receives the result, e.g. a
+          slot of a KV cache (``out=cache[:, pos:pos+1]``), written directly
+          (docs/BACKENDS.md; :meth:`prepare` plans such a call once).
         - ``inverse``: rotate by minus the angle (undoes ``apply``).
         - ``angles``: where cos/sin come from. ``"auto"`` (default) uses the
           float32 rows this Rope keeps for the positions it has served (grown
@@ -792,8 +794,18 @@ class _PreparedApplyQK(PreparedRotation):
         returns ``(q_rot, k_rot)``."""
         if type(offset) is not int:
             offset = as_int("offset", offset)
-        q_out, k_out = _out_pair(out)
-        results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
+        (q_shape, q_strides, dtype), (k_shape, k_strides, _) = self._layouts
+        q_mode, k_mode = self._modes
+        if (type(out) is tuple and len(out) == 2 and q_mode is _IN_PLACE and k_mode is not _FRESH
+                and out[0] is q and type(q) is _ndarray and type(k) is _ndarray and q.dtype is dtype
+                and k.dtype is dtype and q.shape == q_shape and q.strides == q_strides and k.shape == k_shape
+                and k.strides == k_strides and (out[1] is k if k_mode is _IN_PLACE else
+                                                type(out[1]) is _ndarray and out[1].dtype is dtype
+                                                and out[1].strides == k_mode and out[1].shape == k_shape)):
+            results = qo, ko = out   # q in place, k in place or into a cache: checked inline
+        else:
+            q_out, k_out = _out_pair(out)
+            results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
         rope, call = self._rope, self._call
         if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
                 or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
