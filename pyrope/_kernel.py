@@ -36,6 +36,7 @@ POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,
 # ---- status codes -> exceptions ----------------------------------------------
 
 POSITION_MISS = lib.ROPE_E_POSITION  # a position outside the rows given: nothing written
+MISALIGNED = lib.ROPE_E_ALIGN        # a pointer not aligned to its element: nothing written
 
 # Which exception each C status raises (ValueError for the rest).
 _STATUS_EXCEPTIONS = {lib.ROPE_E_DTYPE: TypeError, lib.ROPE_E_OVERFLOW: OverflowError}
@@ -98,10 +99,12 @@ if _MISSING_DTYPES:  # pragma: no cover
 _BUFFER_TYPES = {n: ffi.typeof(n + "[]") for n in ("char", "float", "double", "int64_t", "uint8_t")}
 _POINTER_TYPES = {n: ffi.typeof(n + " *") for n in _BUFFER_TYPES}
 _CHARS = _BUFFER_TYPES["char"]
-# pointer()'s first step for C-contiguous arrays, callable without a Python
-# frame: the memoised direct path, which only sees such arrays, uses it as is.
-contiguous_pointer = functools.partial(ffi.from_buffer, _CHARS)
-_positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])  # always C-contiguous
+# The direct path's pointers (Call.run_direct), without a Python frame each:
+# the buffer of a C-contiguous array, or of the contiguous first head of a
+# strided one; positions are always C-contiguous int64.
+_from_buffer = ffi.from_buffer
+_positions_pointer = functools.partial(ffi.from_buffer, _BUFFER_TYPES["int64_t"])
+_rotate = lib.rope_rotate
 
 
 def pointer(a, writable=False, ctype="char"):
@@ -316,7 +319,8 @@ class Call:
     own descriptors (op, tensors, angles), so concurrent calls never share a
     struct that is being filled."""
 
-    __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads")
+    __slots__ = ("_fields", "_template", "_local", "n_tensors", "n_batch", "n_seq", "n_heads", "wide",
+                 "firsts", "_first_x", "_first_out")
 
     def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides (batch, seq, head)."""
@@ -327,6 +331,8 @@ class Call:
         self.n_tensors = len(tensors)
         self.n_batch, self.n_seq = n_batch, n_seq
         self.n_heads = tuple(h for h, _, _ in tensors)
+        self.wide = np.dtype(dtype) == np.float64  # float64 rows (Rope._rows_for)
+        self.firsts = self._first_x = self._first_out = None  # the direct path's (set_firsts)
 
     def _bind(self):
         """This thread's [op, its thread count, tensor entries, tensor array,
@@ -339,15 +345,13 @@ class Call:
         self._local.bound = bound
         return bound
 
-    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None,
-            address=pointer):
+    def run(self, sources, results, template, positions=None, offset=0, strides=(0, 0, 0), sections=None):
         """Rotate ``sources`` into ``results`` (ndarrays in the order of the
         tensors; ``results[i] is sources[i]``: in place; all kept referenced by
         the caller) with the angles of ``template`` (:func:`angle_template`) at
         positions ``offset + s`` (``positions`` None), one int64 position per
         token (``positions[b*strides[0] + s*strides[1]]``), or ``sections``
-        ``(n_components, pair_component uint8 array)`` per token. ``address``:
-        :func:`contiguous_pointer` when every array is C-contiguous.
+        ``(n_components, pair_component uint8 array)`` per token.
         Returns the C status (see :func:`raise_for_status`)."""
         try:
             bound = self._local.bound
@@ -376,9 +380,105 @@ class Call:
                     bound[5] = None
             a.positions = _positions_pointer(positions)
         for d, x, out in zip(entries, sources, results):
-            d.x = px = address(x)
-            d.out = px if out is x else address(out)  # writeable: checked by the planner
+            d.x = px = pointer(x)
+            d.out = px if out is x else pointer(out)  # writeable: checked by the planner
         return lib.rope_rotate(op, t, len(entries), a)
+
+    def _angles(self, template, positions, strides):
+        """This thread's descriptors (:meth:`_bind`) with the angles set for a
+        direct call: refilled from ``template`` only when it, the position
+        source or the strides differ from the last call's on this thread."""
+        try:
+            bound = self._local.bound
+        except AttributeError:
+            bound = self._bind()
+        if bound[1] != NUM_THREADS:
+            bound = self._bind()
+        a, held = bound[4], bound[5]
+        if positions is None:
+            if held is not template:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                bound[5] = template
+        else:
+            if held is None or held[0] is not template or held[1] != strides:
+                ffi.memmove(a, template, _ANGLES_SIZE)
+                a.strides = strides
+                a.source = _POS_LIST
+                bound[5] = (template, strides)
+            a.positions = _positions_pointer(positions)
+        return bound
+
+    def set_firsts(self, firsts):
+        """How the direct path reaches each tensor's first elements (the
+        planner's): per tensor ``(x's, out's)``, each None (the array is
+        C-contiguous: its own buffer) or the index of its first head
+        (``a[0, ..., 0]``, contiguous since the last axis is)."""
+        self.firsts = tuple(firsts)
+        self._first_x, self._first_out = self.firsts[0]
+
+    def run_direct(self, x, out, template, offset):
+        """The direct path's hot run: one tensor, ``x`` into ``out`` (``out is
+        x``: in place), at positions ``offset + s`` with the angles of
+        ``template``. The arrays have exactly the shapes and strides this Call
+        was planned for (:meth:`set_firsts`). Written arrays are exported
+        writable, so a read-only one raises ``ValueError`` before C runs.
+        Returns the C status."""
+        try:
+            op, threads, entries, t, a, held = self._local.bound
+        except AttributeError:
+            op, threads, entries, t, a, held = self._angles(template, None, None)
+        else:
+            if threads != NUM_THREADS or held is not template:
+                op, threads, entries, t, a, held = self._angles(template, None, None)
+        a.offset = offset
+        d = entries[0]
+        fx = self._first_x
+        if out is x:
+            d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
+        else:
+            d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
+            fo = self._first_out
+            d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
+        return _rotate(op, t, 1, a)
+
+    def run_direct2(self, q, q_out, k, k_out, template, offset):
+        """:meth:`run_direct` for a Call of two tensors (q and k)."""
+        try:
+            op, threads, entries, t, a, held = self._local.bound
+        except AttributeError:
+            op, threads, entries, t, a, held = self._angles(template, None, None)
+        else:
+            if threads != NUM_THREADS or held is not template:
+                op, threads, entries, t, a, held = self._angles(template, None, None)
+        a.offset = offset
+        dq, dk = entries
+        (fx, fo), (gx, go) = self.firsts
+        if q_out is q:
+            dq.x = dq.out = _from_buffer(_CHARS, q if fx is None else q[fx], True)
+        else:
+            dq.x = _from_buffer(_CHARS, q if fx is None else q[fx])
+            dq.out = _from_buffer(_CHARS, q_out if fo is None else q_out[fo], True)
+        if k_out is k:
+            dk.x = dk.out = _from_buffer(_CHARS, k if gx is None else k[gx], True)
+        else:
+            dk.x = _from_buffer(_CHARS, k if gx is None else k[gx])
+            dk.out = _from_buffer(_CHARS, k_out if go is None else k_out[go], True)
+        return _rotate(op, t, 2, a)
+
+    def run_direct_n(self, sources, results, template, offset, positions=None, strides=None):
+        """:meth:`run_direct` for any number of tensors (q and k, in their
+        order), at ``offset + s`` (``positions`` None) or at C-contiguous int64
+        ``positions`` read with element ``strides`` (batch, seq, 0)."""
+        op, _, entries, t, a, _ = self._angles(template, positions, strides)
+        if positions is None:
+            a.offset = offset
+        for d, (fx, fo), x, out in zip(entries, self.firsts, sources, results):
+            if out is x:
+                d.x = d.out = _from_buffer(_CHARS, x if fx is None else x[fx], True)
+            else:
+                d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
+                d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
+        return _rotate(op, t, self.n_tensors, a)
 
 
 def bandwidth_pass(a, xor_mask=0, n_threads=None):

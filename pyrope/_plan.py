@@ -224,10 +224,11 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     return plan
 
 
-# ---- the memo: repeated calls on C-contiguous arrays ---------------------------------
+# ---- the memo: repeated calls on the same shapes and strides --------------------------------
 
 CALLS = {}             # direct_key -> Call, or None: these arrays take the general path
 UNPLANNED = object()   # CALLS.get's default: not planned yet
+FRESH = "fresh"        # a key's output mark: the result is a new array (not a strides tuple)
 _MAX_CALLS = 512
 
 
@@ -238,35 +239,115 @@ def same_tokens(q, k, seq_axis):
     return q.shape[:-3] == k.shape[:-3] and q.shape[-2] == k.shape[-2]
 
 
-def direct_key(arrays, seq_axis, inverse, rope_key):
-    """The memo key of :func:`direct_call`: shapes, dtypes, options, and
-    ``rope_key`` (layout, rotary_dim, head_dim) of the rope."""
+def out_mark(x, out):
+    """What a memo key records of an output: None (``out is x``: in place),
+    :data:`FRESH` (``out`` None: a new array) or ``out.strides``."""
+    return None if out is x else FRESH if out is None else out.strides
+
+
+def plan_tag(rope_key):
+    """``rope_key`` (layout, rotary_dim, head_dim) as memo keys hold it: one
+    string, whose hash Python keeps (a tuple's is recomputed every lookup)."""
+    layout, rotary_dim, head_dim = rope_key
+    return f"{layout}/{rotary_dim}/{head_dim}"
+
+
+def direct_key(arrays, seq_axis, inverse, rope_key, outs=None):
+    """The memo key of :func:`direct_call`: each array's shape and strides and
+    its output's mark (:func:`out_mark`; ``outs`` None: every array in place),
+    the dtype, the options, and ``rope_key`` (layout, rotary_dim, head_dim) of
+    the rope. No pointer enters it: a decode loop writing into successive
+    slots of a cache hits the same entry every step. The direct path builds
+    the same tuples inline (tests hold the two equal)."""
+    outs = arrays if outs is None else outs
+    tag = plan_tag(rope_key)
     if len(arrays) == 1:
         x = arrays[0]
-        return (x.shape, x.dtype, seq_axis, inverse, rope_key)
-    return (tuple([(a.shape, a.dtype) for a in arrays]), seq_axis, inverse, rope_key)
+        return (x.shape, x.strides, out_mark(x, outs[0]), x.dtype, seq_axis, inverse, tag)
+    q, k = arrays
+    return (q.shape, q.strides, out_mark(q, outs[0]), k.shape, k.strides, out_mark(k, outs[1]), q.dtype,
+            seq_axis, inverse, tag)
 
 
-def direct_call(key, arrays, seq_axis, inverse, rope_key):
-    """The ``_kernel.Call`` for C-contiguous ``arrays`` (one per tensor, each
-    rotated in place or into a fresh C-contiguous array of its shape), or None
-    when they need the general path (a seq_axis other than -3 or -2, fewer
-    than 3 dims, empty, another head size or a dtype the kernel lacks, q and k
-    of other dtypes or tokens).
-    Planned by the same view code as :func:`plan_rotation` the first time
-    their shapes and dtypes are seen; callers look ``CALLS[key]`` up first
-    (``key`` from :func:`direct_key`; refusals are kept too, as None), so a
-    repeated call is a dict lookup."""
+def fresh_result(x):
+    """The new array the direct path returns for ``x`` (``out=None``): C-contiguous
+    for C-contiguous ``x``, else laid out like x (``np.empty_like``)."""
+    return np.empty(x.shape, x.dtype) if x.flags.c_contiguous else np.empty_like(x)
+
+
+def _first_element(a):
+    """How the direct path reaches ``a``'s first element as a buffer: None (``a``
+    is C-contiguous: its own buffer) or the index of its first head
+    ``a[0, ..., 0, :]`` (contiguous, since the last axis is)."""
+    return None if a.flags.c_contiguous else (0,) * (a.ndim - 1)
+
+
+def _addressable(a):
+    """Can the kernel address ``a`` from its first element, whatever the data
+    pointer? (Contiguous last axis, element-multiple strides, batch dims that
+    merge.) The pointer's alignment is checked per call, by C."""
+    item = a.itemsize
+    return a.strides[-1] == item and all(s % item == 0 for s in a.strides)
+
+
+def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
+    """``(call, None)``: the ``_kernel.Call`` for ``arrays`` (one per tensor,
+    validated as the general path validates them) written to ``outs`` (per
+    tensor: the array itself for in place, None for a new array from
+    :func:`fresh_result`, or an array of its shape and dtype); or ``(None,
+    reason)`` when the arrays need the general path, ``reason`` a phrase
+    naming the array. Depends on shapes, strides and dtypes only, never on
+    pointers: overlaps *between* arrays and pointer alignment are the
+    caller's to check per call (the direct path does, C checks alignment)."""
     first = arrays[0]
     layout, rotary_dim, head_dim = rope_key
-    call = None
-    if (seq_axis in (-3, -2) and first.dtype in _kernel.DTYPE_CODES
-            and all(a.ndim >= 3 and a.size and a.shape[-1] == head_dim and a.dtype == first.dtype for a in arrays)
-            and all(same_tokens(first, a, seq_axis) for a in arrays[1:])):
-        views = [as_4d(token_view(a, seq_axis)) for a in arrays]
-        v = views[0]
-        call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim,
-                            [(w.shape[2], element_strides(w), element_strides(w)) for w in views])
+    names = ("x",) if len(arrays) == 1 else ("q", "k")
+    if seq_axis not in (-3, -2):
+        return None, f"seq_axis {seq_axis!r} is not -3 or -2"
+    if first.dtype not in _kernel.DTYPE_CODES:
+        return None, f"{names[0]} has dtype {first.dtype}, which the kernel lacks"
+    for name, a in zip(names, arrays):
+        if a.ndim < 3 or a.shape[-1] != head_dim or a.dtype != first.dtype:
+            return None, f"{name} has shape {a.shape} and dtype {a.dtype}"
+        if not a.size:
+            return None, f"{name} is empty (shape {a.shape})"
+        if not same_tokens(first, a, seq_axis):
+            return None, f"q and k have other tokens (shapes {first.shape} and {a.shape})"
+    tensors, firsts = [], []
+    for i, (name, x, out) in enumerate(zip(names, arrays, outs)):
+        result = fresh_result(x) if out is None else out
+        out_name = "out" if len(arrays) == 1 else f"out[{i}]"
+        for what, a in ((name, x), (out_name, result)):
+            if not _addressable(a):
+                return None, (f"{what} (strides {a.strides}) needs a copy: its last axis is not contiguous "
+                              f"or a stride is not a whole number of {a.itemsize}-byte elements")
+        if out is not None and self_overlapping(result):   # written twice: refused by the general path
+            return None, f"{name if out is x else out_name} has elements that overlap each other"
+        v, w = as_4d(token_view(x, seq_axis)), as_4d(token_view(result, seq_axis))
+        if v is None or w is None:
+            return None, (f"{name if v is None else out_name} has batch dims whose strides do not merge "
+                          f"into one (shape {x.shape}, strides {(x if v is None else result).strides})")
+        tensors.append((v.shape[2], element_strides(v), element_strides(w)))
+        firsts.append((_first_element(x), _first_element(result)))
+    v = as_4d(token_view(first, seq_axis))
+    call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors)
+    call.set_firsts(firsts)
+    return call, None
+
+
+def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):
+    """The memoised :func:`plan_direct` of ``arrays`` and ``outs`` (None: every
+    array in place), or None when they need the general path (a seq_axis
+    other than -3 or -2, fewer than 3 dims, empty, another head size or a
+    dtype the kernel lacks, q and k of other dtypes or tokens, a last axis
+    that is not contiguous, strides that are not element multiples, batch
+    dims that do not merge, a written array whose elements overlap each
+    other, which the general path refuses).
+
+    Planned once per ``key`` (from :func:`direct_key`); callers look
+    ``CALLS[key]`` up first (refusals are kept too, as None), so a repeated
+    call is a dict lookup."""
+    call, _ = plan_direct(arrays, arrays if outs is None else outs, seq_axis, inverse, rope_key)
     if len(CALLS) >= _MAX_CALLS:
         CALLS.clear()
     CALLS[key] = call

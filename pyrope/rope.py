@@ -53,7 +53,7 @@ class Rope:
     """
 
     __slots__ = ("_head_dim", "_rotary_dim", "_layout", "_base", "_inv_freq",
-                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_tables64", "_plan_key",
+                 "_attention_factor", "_resolved", "_fingerprint", "_tables", "_tables64", "_plan_key", "_plan_tag",
                  "_mrope_section", "_mrope_interleaved", "_pair_component",
                  "_softmax_scale_factor", "_layout_source")
 
@@ -90,6 +90,7 @@ class Rope:
         self._tables = TableCache(inv_freq, self._attention_factor)  # float32 rows served so far
         self._tables64 = None  # float64 rows for float64 arrays, made on first use (_rows_for)
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
+        self._plan_tag = _plan.plan_tag(self._plan_key)        # the same, as memo keys hold it
         # from_hf_config and from_contract set these two after construction
         self._softmax_scale_factor = 1.0
         self._layout_source = "argument"
@@ -326,7 +327,9 @@ class Rope:
           ones; plain positions and ``offset=`` mean exactly that). Positions
           ``[k, seq]`` that fit a batch of k sequences are read as plain.
         - ``out``: ``None`` returns a new array; ``out=x`` rotates in place;
-          another array of x's shape and dtype receives the result.
+          another array of x's shape and dtype receives the result, e.g. a
+          slot of a KV cache (``out=cache[:, pos:pos+1]``), written directly
+          (docs/BACKENDS.md; :meth:`prepare` plans such a call once).
         - ``inverse``: rotate by minus the angle (undoes ``apply``).
         - ``angles``: where cos/sin come from. ``"auto"`` (default) uses the
           float32 rows this Rope keeps for the positions it has served (grown
@@ -344,13 +347,41 @@ class Rope:
         """
         if inverse is not False and inverse is not True:
             inverse = as_bool("inverse", inverse)
-        if angles == "auto" and (out is None or out is x):
-            done = _direct(self, (x,), positions, offset, seq_axis, out is not None, inverse)
-            if done is not None:
-                return done[0]
-        job = _Job(self, positions, offset, seq_axis, angles)
-        job.add("x", x, out, "out")
-        return job.run(inverse, "Rope.apply")[0]
+        # The direct path (see "the direct path" below), inline: a decode call
+        # is mostly the Python around its C call. -3.0 == -3, so only an int
+        # seq_axis may look a plan up.
+        if angles == "auto" and type(x) is _ndarray and type(offset) is int and type(seq_axis) is int:
+            if out is x:
+                mark = None
+            elif out is None:
+                mark = _FRESH
+            elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not _may_share(x, out):
+                mark = out.strides
+            else:
+                mark = _GENERAL
+            if mark is not _GENERAL:
+                call = _plan.CALLS.get((x.shape, x.strides, mark, x.dtype, seq_axis, inverse, self._plan_tag),
+                                       _UNPLANNED)
+                if call is _UNPLANNED:
+                    call = _plan.direct_call(_plan.direct_key((x,), seq_axis, inverse, self._plan_key, (out,)),
+                                             (x,), seq_axis, inverse, self._plan_key, (out,))
+                if call is not None:
+                    result = _plan.fresh_result(x) if out is None else out
+                    if positions is None:
+                        tables = self._tables64 if call.wide else self._tables
+                        window = None if tables is None else tables.window
+                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                            try:
+                                status = call.run_direct(x, result, window.angles, offset)
+                            except builtins.ValueError:  # a read-only output: the general path names it
+                                status = -1
+                            if not status:
+                                return result
+                            if status > 0 and status not in _FALL_BACK:
+                                _kernel.raise_for_status(status, "Rope.apply")
+                    elif _launch(self, call, (x,), (result,), positions, offset, "Rope.apply"):
+                        return result
+        return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
         """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
@@ -361,24 +392,82 @@ class Rope:
         each token's cos/sin row is read once for both. Values are never
         rotated: pass only q and k. See :meth:`apply` for the rest.
         """
-        if angles == "auto" and (
-                out is None or (type(out) is tuple and len(out) == 2 and out[0] is q and out[1] is k)):
-            done = _direct(self, (q, k), positions, offset, seq_axis, out is not None, False)
-            if done is not None:
-                return done
-        if out is None:
-            q_out = k_out = None
-        elif isinstance(out, (tuple, list)) and len(out) == 2:
-            q_out, k_out = out
-        else:
-            raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
-        job = _Job(self, positions, offset, seq_axis, angles)
+        # The direct path, inline as in apply.
+        if (angles == "auto" and type(q) is _ndarray and type(k) is _ndarray and type(offset) is int
+                and type(seq_axis) is int and k.dtype is q.dtype):
+            if out is None:
+                qo = ko = None
+                marks = (_FRESH, _FRESH)
+            elif type(out) is tuple and len(out) == 2:
+                qo, ko = out
+                marks = (None, None) if qo is q and ko is k else _qk_marks(q, k, qo, ko)
+            else:
+                marks = None
+            if marks is not None and not _may_share(q, k):
+                call = _plan.CALLS.get((q.shape, q.strides, marks[0], k.shape, k.strides, marks[1], q.dtype,
+                                        seq_axis, False, self._plan_tag), _UNPLANNED)
+                if call is _UNPLANNED:
+                    call = _plan.direct_call(_plan.direct_key((q, k), seq_axis, False, self._plan_key, (qo, ko)),
+                                             (q, k), seq_axis, False, self._plan_key, (qo, ko))
+                if call is not None:
+                    if qo is None:
+                        qo = _plan.fresh_result(q)
+                    if ko is None:
+                        ko = _plan.fresh_result(k)
+                    if positions is None:
+                        tables = self._tables64 if call.wide else self._tables
+                        window = None if tables is None else tables.window
+                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                            try:
+                                status = call.run_direct2(q, qo, k, ko, window.angles, offset)
+                            except builtins.ValueError:  # a read-only output: the general path names it
+                                status = -1
+                            if not status:
+                                return qo, ko
+                            if status > 0 and status not in _FALL_BACK:
+                                _kernel.raise_for_status(status, "Rope.apply_qk")
+                    elif _launch(self, call, (q, k), (qo, ko), positions, offset, "Rope.apply_qk"):
+                        return qo, ko
+        return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
+
+    # ---- prepared calls (a backend's decode loop) ------------------------------
+
+    def prepare(self, x, out=None, *, seq_axis=-3, inverse=False):
+        """A :class:`PreparedRotation` for arrays laid out like ``x`` and ``out``.
+
+        ``x`` and ``out`` are examples: the prepared call takes arrays of
+        exactly their shapes, strides and dtype, e.g. ``out=cache[:, 0:1]`` for
+        a decode step that writes into successive slots ``cache[:, pos:pos+1]``
+        of a KV cache (every slot has the same strides). ``out``: ``None``
+        (each call returns a new array), ``x`` itself (in place; each call
+        passes ``out=x``) or an array of x's shape and dtype. ``seq_axis`` and
+        ``inverse`` as in :meth:`apply`. The plan is made here, once: each call
+        then checks its arrays against it and fills in pointers and positions
+        (docs/BACKENDS.md).
+
+        Raises ``TypeError``/``ValueError`` naming the argument for what
+        :meth:`apply` would refuse, and for layouts the kernel cannot address
+        without a copy (a last axis that is not contiguous, strides that are
+        not whole elements, batch dims that do not merge).
+        """
+        inverse = as_bool("inverse", inverse)
+        _Job(self, None, 0, seq_axis).add("x", x, out, "out")
+        return _PreparedApply(self, (x,), (out,), int(seq_axis), inverse, ("x",), ("out",))
+
+    def prepare_qk(self, q, k, out=None, *, seq_axis=-3):
+        """A :class:`PreparedRotation` of q and k together (see :meth:`prepare`):
+        arrays laid out like ``q`` and ``k``, written to ``out`` = ``None`` (new
+        arrays) or a pair ``(q_out, k_out)``, each the array itself (in place)
+        or an array of its shape and dtype, e.g. ``out=(q, k_cache[:, 0:1])``."""
+        q_out, k_out = _out_pair(out)
+        job = _Job(self, None, 0, seq_axis)
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
         if not _plan.same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
-        return tuple(job.run(False, "Rope.apply_qk"))
+        return _PreparedApplyQK(self, (q, k), (q_out, k_out), job.seq_axis, False, ("q", "k"),
+                                ("out[0]", "out[1]"))
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
@@ -400,6 +489,34 @@ class Rope:
         """
         from .cache import convert_keys
         return convert_keys(self, k, positions, to_rope, seq_axis=seq_axis, out=out)
+
+
+def _out_pair(out):
+    """``apply_qk``'s ``out``: None or a pair, as ``(q_out, k_out)``."""
+    if out is None:
+        return None, None
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return out[0], out[1]
+    raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
+
+
+def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
+    """``apply`` through the general path: any strides, overlaps, positions."""
+    job = _Job(rope, positions, offset, seq_axis, angles)
+    job.add("x", x, out, "out")
+    return job.run(inverse, "Rope.apply")[0]
+
+
+def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
+    """``apply_qk`` through the general path."""
+    q_out, k_out = _out_pair(out)
+    job = _Job(rope, positions, offset, seq_axis, angles)
+    job.add("q", q, q_out, "out[0]")
+    as_float_array("k", k, (q.dtype,))
+    job.add("k", k, k_out, "out[1]")
+    if not _plan.same_tokens(q, k, job.seq_axis):
+        raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
+    return tuple(job.run(False, "Rope.apply_qk"))
 
 
 class _Job:
@@ -460,65 +577,251 @@ class _Job:
         return outputs
 
 
-# ---- the direct path: repeated calls on contiguous arrays -----------------------
+# ---- the direct path: repeated calls on the same shapes and strides ------------------
 #
 # Decode calls are tiny: the Python around the C call is most of their cost.
-# For the common case (C-contiguous arrays, offset= or int64 positions of
-# shape [seq] or [*batch, seq], cached table rows, results new or in place)
+# For the common cases (arrays the kernel can address as they are, offset= or
+# int64 positions of shape [seq] or [*batch, seq], cached table rows, results
+# in place, new, or written into another array such as a slice of a KV cache)
 # the planner's memoised Call holds the descriptors, so a call is a dict
-# lookup, a window check and one C call. C checks every position against the
-# cached rows before writing; a miss there, or anything else, returns None
-# and takes the general, fully checked path (which grows the cache).
+# lookup on shapes and strides, a window check, the pointers and one C call.
+# What depends on the pointers is checked per call: outputs must not share a
+# byte's bounds with another array (else the general path decides: copies or
+# a refusal), written arrays must be writeable (their buffers are exported
+# writable), and C checks alignment and every position before writing. A
+# miss anywhere returns None and the general, fully checked path runs (and
+# grows the cache).
 
-def _direct(rope, arrays, positions, offset, seq_axis, in_place, inverse):
-    """The results of rotating C-contiguous ``arrays`` through the memoised
-    plan, or None when the call needs the general path."""
-    if type(offset) is not int or type(seq_axis) is not int:  # -3.0 == -3: never a memo key
-        return None
-    for a in arrays:  # C-contiguous, aligned and writeable (numpy's "carray")
-        if type(a) is not np.ndarray or not a.flags.carray:
+_ndarray = np.ndarray
+_may_share = np.may_share_memory
+_UNPLANNED = _plan.UNPLANNED
+_FRESH = _plan.FRESH
+_FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED)  # C wrote nothing: the general path copes
+_GENERAL = object()  # an output the direct path does not take
+
+
+def _qk_marks(q, k, qo, ko):
+    """The memo marks of apply_qk's outputs ``qo`` and ``ko`` (in place, new or
+    their strides), or None when the direct path cannot take them: not arrays
+    of their input's shape and dtype, or sharing byte bounds with an input or
+    with each other (the general path then copies or refuses)."""
+    marks = []
+    for o, x in ((qo, q), (ko, k)):
+        if o is x:
+            marks.append(None)
+        elif o is None:
+            marks.append(_FRESH)
+        elif (type(o) is not _ndarray or o.dtype is not x.dtype or o.shape != x.shape
+              or _may_share(o, q) or _may_share(o, k)):
             return None
-    # the rows of the arrays' arithmetic type: float64 rows for float64 arrays
-    # (a call with q and k of other dtypes has no memoised plan: None below)
-    tables = rope._tables64 if arrays[0].dtype == np.float64 else rope._tables
-    window = None if tables is None else tables.window
-    if window is None:
-        return None
-    if len(arrays) == 2 and np.may_share_memory(arrays[0], arrays[1]):
-        return None
-    key = _plan.direct_key(arrays, seq_axis, inverse, rope._plan_key)
-    call = _plan.CALLS.get(key, _plan.UNPLANNED)
-    if call is _plan.UNPLANNED:
-        call = _plan.direct_call(key, arrays, seq_axis, inverse, rope._plan_key)
-    if call is None:
-        return None
-    n_seq = call.n_seq
-    if positions is None:
-        if offset < window.start or offset + n_seq > window.stop:
-            return None
-        strides = None
-    elif type(positions) is np.ndarray and offset == 0 and positions.dtype == np.int64 and positions.size:
-        pflags = positions.flags
-        if not pflags.c_contiguous or not pflags.aligned:
-            return None
-        if positions.shape == (n_seq,):
-            strides = (0, 1, 0)
-        elif positions.shape == arrays[0].shape[:-3] + (n_seq,):
-            strides = (n_seq, 1, 0)
         else:
-            return None
-    else:
+            marks.append(o.strides)
+    if type(qo) is _ndarray and type(ko) is _ndarray and qo is not q and ko is not k and _may_share(qo, ko):
         return None
-    if in_place:
-        results = arrays
-    elif len(arrays) == 1:
-        results = (np.empty_like(arrays[0]),)
-    else:
-        results = (np.empty_like(arrays[0]), np.empty_like(arrays[1]))
-    status = call.run(arrays, results, window.angles, positions, offset, strides, None,
-                      _kernel.contiguous_pointer)
+    return marks
+
+
+def _position_strides(positions, offset, n_seq, x):
+    """Element strides (batch, seq, 0) under which C reads ``positions`` for the
+    direct path, or None when they need the general path (not a C-contiguous,
+    aligned int64 array of shape [seq] or x's [*batch, seq], or with an offset)."""
+    if type(positions) is not _ndarray or offset != 0 or positions.dtype != np.int64 or not positions.size:
+        return None
+    pflags = positions.flags
+    if not pflags.c_contiguous or not pflags.aligned:
+        return None
+    if positions.shape == (n_seq,):
+        return (0, 1, 0)
+    if positions.shape == x.shape[:-3] + (n_seq,):
+        return (n_seq, 1, 0)
+    return None
+
+
+def _launch(rope, call, sources, results, positions, offset, where):
+    """Run a direct ``call`` of any number of tensors with the rope's cached
+    rows: True when done, False when the general path must run (rows not
+    cached, positions in another form, a read-only output, a misaligned
+    pointer, a position outside the rows: nothing was written). Other C
+    refusals raise, naming ``where``."""
+    tables = rope._tables64 if call.wide else rope._tables
+    if tables is None or (window := tables.window) is None:
+        return False
+    if positions is None:
+        if offset < window.start or offset + call.n_seq > window.stop:
+            return False
+        strides = None
+    elif (strides := _position_strides(positions, offset, call.n_seq, sources[0])) is None:
+        return False
+    try:
+        if positions is None and call.n_tensors == 1:
+            status = call.run_direct(sources[0], results[0], window.angles, offset)
+        else:
+            status = call.run_direct_n(sources, results, window.angles, offset, positions, strides)
+    except builtins.ValueError:  # an output that is read-only: the general path names it
+        return False
     if status:
-        if status == _kernel.POSITION_MISS:  # a position outside the cached rows: C wrote
-            return None                      # nothing; the general path grows the cache
-        _kernel.raise_for_status(status, "Rope.apply_qk" if len(arrays) == 2 else "Rope.apply")
-    return results
+        if status in _FALL_BACK:
+            return False
+        _kernel.raise_for_status(status, where)
+    return True
+
+
+# ---- prepared calls -------------------------------------------------------------------
+
+_IN_PLACE = None   # a prepared output's mode: in place, a new array (_FRESH) or a given one's strides
+
+
+class PreparedRotation:
+    """One rotation planned ahead (:meth:`Rope.prepare`, :meth:`Rope.prepare_qk`),
+    run again and again on arrays of the same layout.
+
+    ``prepared(x, out=..., offset=..., positions=...)`` (prepared with
+    ``prepare_qk``: ``prepared(q, k, out=(q_out, k_out), ...)``) rotates like
+    :meth:`Rope.apply` (:meth:`Rope.apply_qk`) and returns the same. Each
+    array must have the shape, strides and dtype of the example it was
+    prepared with, and ``out`` the same kind (``x`` itself when prepared in
+    place, None when prepared with None), else ``TypeError``/``ValueError``
+    names the argument before anything is written. ``offset`` (an int) or
+    ``positions`` (int64, shape ``[seq]`` or ``[*batch, seq]``) as in
+    ``apply``.
+
+    A call checks that, fills this thread's descriptors (the pointers and the
+    positions) and runs the kernel with the rows the Rope keeps: no plan, no
+    memo lookup. Anything else takes ``apply``'s general path, with the same
+    bits: positions outside the kept rows (which grows them) or in another
+    form, arrays that overlap, a pointer not aligned to its element, a
+    read-only output (which raises there). Safe to share between threads.
+    """
+
+    __slots__ = ("_rope", "_call", "_names", "_out_names", "_layouts", "_modes", "_seq_axis", "_inverse")
+
+    def __init__(self, rope, arrays, outs, seq_axis, inverse, names, out_names):
+        call, reason = _plan.plan_direct(arrays, outs, seq_axis, inverse, rope._plan_key)
+        if call is None:
+            raise ValueError(f"cannot prepare this rotation: {reason}; Rope.apply takes any layout "
+                             f"(through a copy)")
+        self._rope, self._call = rope, call
+        self._names, self._out_names = names, out_names
+        self._layouts = tuple((a.shape, a.strides, a.dtype) for a in arrays)
+        self._modes = tuple(_IN_PLACE if o is x else _FRESH if o is None else o.strides
+                            for x, o in zip(arrays, outs))
+        self._seq_axis, self._inverse = seq_axis, inverse
+
+    def __repr__(self):
+        def mode(m, name):
+            return "in place" if m is _IN_PLACE else "into a new array" if m is _FRESH else f"into {name} strides {m}"
+        parts = [f"{n}: shape {shape}, strides {strides}, {dtype}, {mode(m, o)}"
+                 for n, o, (shape, strides, dtype), m in zip(self._names, self._out_names, self._layouts,
+                                                              self._modes)]
+        return f"<PreparedRotation {'; '.join(parts)}; seq_axis={self._seq_axis}, inverse={self._inverse}>"
+
+    def _result(self, i, x, out):
+        """The array tensor ``i`` is written to, once ``x`` and ``out`` match
+        the prepared layouts (a new array when prepared so); raises naming the
+        argument."""
+        name, out_name = self._names[i], self._out_names[i]
+        shape, strides, dtype = self._layouts[i]
+        if type(x) is not _ndarray:
+            raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+        if x.shape != shape or x.strides != strides or x.dtype != dtype:
+            raise ValueError(f"{name} must have the shape, strides and dtype this call was prepared for "
+                             f"({shape}, {strides}, {dtype}), got ({x.shape}, {x.strides}, {x.dtype})")
+        mode = self._modes[i]
+        if mode is _IN_PLACE:
+            if out is not x:
+                raise ValueError(f"this call was prepared to rotate {name} in place: pass {out_name}={name}")
+            return x
+        if mode is _FRESH:
+            if out is not None:
+                raise ValueError(f"this call was prepared to return a new {name}: pass {out_name}=None")
+            return _plan.fresh_result(x)
+        if type(out) is not _ndarray:
+            raise TypeError(f"{out_name} must be a numpy.ndarray, got {type(out).__name__}")
+        if out.shape != shape or out.strides != mode or out.dtype != dtype:
+            raise ValueError(f"{out_name} must have the shape, strides and dtype this call was prepared for "
+                             f"({shape}, {mode}, {dtype}), got ({out.shape}, {out.strides}, {out.dtype})")
+        return out
+
+
+class _PreparedApply(PreparedRotation):
+    """A prepared :meth:`Rope.apply`."""
+
+    __slots__ = ("_shape", "_strides", "_dtype", "_mode")
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        (self._shape, self._strides, self._dtype), self._mode = self._layouts[0], self._modes[0]
+
+    def __call__(self, x, out=None, *, offset=0, positions=None):
+        """Rotate ``x`` into ``out`` (see :class:`PreparedRotation`); returns the result."""
+        if type(offset) is not int:
+            offset = as_int("offset", offset)
+        mode = self._mode
+        if (type(x) is not _ndarray or x.dtype is not self._dtype or x.shape != self._shape
+                or x.strides != self._strides or (out is not x if mode is _IN_PLACE else out is not None
+                                                  if mode is _FRESH else type(out) is not _ndarray
+                                                  or out.dtype is not self._dtype or out.strides != mode
+                                                  or out.shape != self._shape)):
+            result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
+        else:
+            result = _plan.fresh_result(x) if mode is _FRESH else out
+        rope, call = self._rope, self._call
+        if result is x or mode is _FRESH or not _may_share(x, result):
+            if positions is None:
+                tables = rope._tables64 if call.wide else rope._tables
+                window = None if tables is None else tables.window
+                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                    try:
+                        status = call.run_direct(x, result, window.angles, offset)
+                    except builtins.ValueError:  # a read-only output: the general path names it
+                        status = -1
+                    if not status:
+                        return result
+                    if status > 0 and status not in _FALL_BACK:
+                        _kernel.raise_for_status(status, "prepared rotation")
+            elif _launch(rope, call, (x,), (result,), positions, offset, "prepared rotation"):
+                return result
+        return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
+
+
+class _PreparedApplyQK(PreparedRotation):
+    """A prepared :meth:`Rope.apply_qk`."""
+
+    __slots__ = ()
+
+    def __call__(self, q, k, out=None, *, offset=0, positions=None):
+        """Rotate ``q`` and ``k`` into ``out`` (see :class:`PreparedRotation`);
+        returns ``(q_rot, k_rot)``."""
+        if type(offset) is not int:
+            offset = as_int("offset", offset)
+        (q_shape, q_strides, dtype), (k_shape, k_strides, _) = self._layouts
+        q_mode, k_mode = self._modes
+        if (type(out) is tuple and len(out) == 2 and q_mode is _IN_PLACE and k_mode is not _FRESH
+                and out[0] is q and type(q) is _ndarray and type(k) is _ndarray and q.dtype is dtype
+                and k.dtype is dtype and q.shape == q_shape and q.strides == q_strides and k.shape == k_shape
+                and k.strides == k_strides and (out[1] is k if k_mode is _IN_PLACE else
+                                                type(out[1]) is _ndarray and out[1].dtype is dtype
+                                                and out[1].strides == k_mode and out[1].shape == k_shape)):
+            results = qo, ko = out   # q in place, k in place or into a cache: checked inline
+        else:
+            q_out, k_out = _out_pair(out)
+            results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
+        rope, call = self._rope, self._call
+        if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
+                or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
+                or (qo is not q and ko is not k and _may_share(qo, ko))):
+            if positions is None:
+                tables = rope._tables64 if call.wide else rope._tables
+                window = None if tables is None else tables.window
+                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
+                    try:
+                        status = call.run_direct2(q, qo, k, ko, window.angles, offset)
+                    except builtins.ValueError:  # a read-only output: the general path names it
+                        status = -1
+                    if not status:
+                        return results
+                    if status > 0 and status not in _FALL_BACK:
+                        _kernel.raise_for_status(status, "prepared rotation")
+            elif _launch(rope, call, (q, k), results, positions, offset, "prepared rotation"):
+                return results
+        return _general_qk(rope, q, k, positions, offset, self._seq_axis, results, "auto")

@@ -1,6 +1,7 @@
-"""The direct path (``_direct`` in pyrope/rope.py): C-contiguous arrays with
-cached table rows go through a memoised kernel call; every result must be the
-general path's, bit for bit."""
+"""The direct path (``_direct`` in pyrope/rope.py): arrays the kernel can
+address as they are (any strides with a contiguous last axis), with cached
+table rows, go through a memoised kernel call; every result must be the
+general path's (``angles="table"`` forces it: the same rows), bit for bit."""
 import sys
 import threading
 
@@ -126,9 +127,12 @@ def threads():
     pyrope.set_num_threads(before)
 
 
+GENERAL = {"angles": "table"}   # forces the general path, with the same cached rows
+
+
 def strided(a):
-    """The same values in a non-contiguous (but kernel-friendly) view: forces
-    the general path onto the kernel without a copy of the array."""
+    """The same values in a non-contiguous (but kernel-friendly) view: the
+    direct path takes it as it is, since its strides are in the memo key."""
     big = np.zeros(a.shape[:-1] + (a.shape[-1] + 2,), a.dtype)
     view = big[..., 1:-1]
     view[...] = a
@@ -153,32 +157,55 @@ def call_kwargs(kind, value):
 def test_a_repeated_call_is_a_memo_hit(paths, rng):
     rope = Rope(32, layout="split_half", rotary_dim=24)
     x = rng.standard_normal((2, 3, 5, 4, 32)).astype(np.float32)
-    paths.general_path(rope.apply, x, offset=3)       # no rows cached yet: general path, no plan
-    assert paths.planned == 0 and _plan.CALLS == {}
-    paths.direct(rope.apply, x, offset=3)             # rows cached: planned once
+    paths.general_path(rope.apply, x, offset=3)       # no rows cached yet: planned, then the general path
+    assert paths.planned == 1 and len(_plan.CALLS) == 1
+    paths.direct(rope.apply, x, offset=3)             # rows cached: a memo hit
     assert paths.planned == 1 and len(_plan.CALLS) == 1
     (call,) = _plan.CALLS.values()
     assert (call.n_batch, call.n_seq, call.n_heads) == (6, 5, (4,))
-    for kwargs in ({"offset": 7}, {"positions": np.arange(5) + 4}, {"offset": 3, "out": x.copy()}):
-        if "out" in kwargs:
-            kwargs["out"] = y = x.copy()
-            paths.direct(rope.apply, y, offset=3, out=y)
-        else:
-            paths.direct(rope.apply, x + 1, **kwargs)    # other data, same shape: a hit
+    for kwargs in ({"offset": 7}, {"positions": np.arange(5) + 4}, {"offset": 4}):
+        paths.direct(rope.apply, x + 1, **kwargs)    # other data, same shape: a hit
     assert paths.planned == 1 and len(_plan.CALLS) == 1 and _plan.CALLS[next(iter(_plan.CALLS))] is call
-    # another shape, the inverse, q+k and the other seq_axis are other entries, each planned once
+    # in place, into another array, another shape, strides, the inverse, q+k and the
+    # other seq_axis are other entries, each planned once
     k = rng.standard_normal((2, 3, 5, 1, 32)).astype(np.float32)
+    y = x.copy()
     for _ in range(3):
+        paths.direct(rope.apply, y, offset=3, out=y)
+        paths.direct(rope.apply, x, offset=3, out=np.empty_like(x))
         paths.direct(rope.apply, x[:1].copy(), offset=3)
+        paths.direct(rope.apply, strided(x), offset=3)
         paths.direct(rope.apply, x, offset=3, inverse=True)
         paths.direct(rope.apply_qk, x, k, offset=3)
         paths.direct(rope.apply, x, offset=3, seq_axis=-2)
-    assert paths.planned == 5 and len(_plan.CALLS) == 5
+    assert paths.planned == 8 and len(_plan.CALLS) == 8
     # a second rope with the same layout, rotary_dim and head_dim shares the plans
     other = Rope(32, layout="split_half", rotary_dim=24, base=500.0)
-    other.apply(strided(x), offset=3)                 # fills its rows
+    other.apply(x, offset=3, **GENERAL)               # fills its rows
     paths.direct(other.apply, x, offset=3)
-    assert paths.planned == 5
+    assert paths.planned == 8
+
+
+def test_the_inline_keys_are_direct_key(rng):
+    # The direct path builds its memo keys inline; direct_key is their definition.
+    rope = Rope(16, layout="interleaved")
+    x = rng.standard_normal((2, 3, 4, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 3, 1, 16)).astype(np.float32)
+    cache = np.zeros((2, 9, 4, 16), np.float32)
+    kc = np.zeros((2, 9, 1, 16), np.float32)
+    rope.apply(x, offset=0, **GENERAL)
+    cases = [((x,), (x,), lambda: rope.apply(x, offset=0, out=x)),
+             ((x,), (None,), lambda: rope.apply(x, offset=0)),
+             ((x,), (cache[:, 3:6],), lambda: rope.apply(x, offset=0, out=cache[:, 3:6])),
+             ((x, k), (x, k), lambda: rope.apply_qk(x, k, offset=0, out=(x, k))),
+             ((x, k), (None, None), lambda: rope.apply_qk(x, k, offset=0)),
+             ((x, k), (x, kc[:, 2:5]), lambda: rope.apply_qk(x, k, offset=0, out=(x, kc[:, 2:5]))),
+             ((x, k), (cache[:, :3], kc[:, 2:5]), lambda: rope.apply_qk(x, k, offset=0, out=(cache[:, :3], kc[:, 2:5])))]
+    for arrays, outs, run in cases:
+        _plan.CALLS.clear()
+        run()
+        key = _plan.direct_key(arrays, -3, False, rope._plan_key, outs)
+        assert list(_plan.CALLS) == [key] and _plan.CALLS[key] is not None
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -199,21 +226,25 @@ def test_direct_path_is_bit_identical_to_the_general_path(isa, paths, dtype, seq
     else:
         value = rng.integers(0, 60, size=batch + (n_seq,))
     kw = dict(call_kwargs(kind, value), seq_axis=seq_axis)
-    paths.general_path(rope.apply, strided(q), **kw)     # fills the cache
+    paths.general_path(rope.apply, q, **kw, **GENERAL)     # fills the cache
     for inverse in (False, True):
-        want = paths.general_path(rope.apply, strided(q), inverse=inverse, **kw)
+        want = paths.general_path(rope.apply, q, inverse=inverse, **kw, **GENERAL)
         assert np.array_equal(bits(paths.direct(rope.apply, q, inverse=inverse, **kw)), bits(want))
         inplace = q.copy()
         assert paths.direct(rope.apply, inplace, inverse=inverse, out=inplace, **kw) is inplace
         assert np.array_equal(bits(inplace), bits(want))
-    want_q, want_k = paths.general_path(rope.apply_qk, strided(q), strided(k), **kw)
+        view = strided(q)                                  # strided, in place: direct too
+        assert paths.direct(rope.apply, view, inverse=inverse, out=view, **kw) is view
+        assert np.array_equal(bits(view), bits(want))
+    want_q, want_k = paths.general_path(rope.apply_qk, q, k, **kw, **GENERAL)
     got_q, got_k = paths.direct(rope.apply_qk, q, k, **kw)
     assert np.array_equal(bits(got_q), bits(want_q)) and np.array_equal(bits(got_k), bits(want_k))
     q2, k2 = q.copy(), k.copy()
     got = paths.direct(rope.apply_qk, q2, k2, out=(q2, k2), **kw)
     assert got[0] is q2 and got[1] is k2
     assert np.array_equal(bits(q2), bits(want_q)) and np.array_equal(bits(k2), bits(want_k))
-    assert paths.planned == 3   # apply, its inverse, apply_qk (in place or not: one plan each)
+    # apply new, in place and strided in place, each with its inverse; apply_qk new and in place
+    assert paths.planned == 8
     if np.dtype(dtype) == np.float32:  # and the values are the reference's
         pos = token_positions(kind, batch, n_seq, value)
         tok = got_q if seq_axis == -3 else np.swapaxes(got_q, -3, -2)
@@ -239,7 +270,7 @@ def test_a_position_outside_the_cached_rows_falls_back_and_grows_the_cache(isa, 
         value = np.array([[0, 1, 2, 3], [4, 5000, 6, 7], [8, 9, 10, 11]])
     kw = call_kwargs(kind, value)
     pos = token_positions(kind, (3,), 4, value)
-    want = rope.apply(strided(x), angles="on_the_fly", **kw)      # no rows at all
+    want = rope.apply(x, angles="on_the_fly", **kw)               # no rows at all
     inplace = x.copy()
     paths.general_path(rope.apply, inplace, out=inplace, **kw)    # C wrote nothing before the fallback
     assert np.array_equal(bits(inplace), bits(want))
@@ -260,8 +291,8 @@ def test_changing_the_thread_count_between_calls_keeps_every_bit(isa, paths, thr
     k = rng.standard_normal((4, 509, 2, 64)).astype(np.float32)
     pos = rng.integers(0, 600, size=(4, 509))
     pyrope.set_num_threads(1)
-    want = paths.general_path(rope.apply, strided(q), pos)
-    want_qk = paths.general_path(rope.apply_qk, strided(q), strided(k), offset=11)
+    want = paths.general_path(rope.apply, q, pos, **GENERAL)
+    want_qk = paths.general_path(rope.apply_qk, q, k, offset=11, **GENERAL)
     calls = None
     for n in (1, 4, 2, 3, 1, 4):
         pyrope.set_num_threads(n)
@@ -279,17 +310,19 @@ def test_changing_the_thread_count_between_calls_keeps_every_bit(isa, paths, thr
 def test_python_threads_sharing_one_memoised_call_get_serial_results(paths, rng):
     rope = Rope(32, layout="split_half", base=5e4)
     shape = (2, 16, 4, 32)
-    rope.apply(strided(np.zeros(shape, np.float32)), offset=0)
-    rope.apply(strided(np.zeros(shape, np.float32)), offset=700)    # rows for 0..715 cached
+    rope.apply(np.zeros(shape, np.float32), offset=0, **GENERAL)
+    rope.apply(np.zeros(shape, np.float32), offset=700, **GENERAL)  # rows for 0..715 cached
     xs = [rng.standard_normal(shape).astype(np.float32) for _ in range(8)]
     kinds = [{"offset": 0}, {"positions": rng.integers(0, 700, size=16)}, {"offset": 300},
              {"positions": rng.integers(0, 700, size=(2, 16))}, {"offset": 690},
              {"positions": np.arange(16) * 40}, {"offset": 5}, {"positions": rng.integers(0, 700, size=(2, 16))}]
-    want = [rope.apply(strided(x), **kw) for x, kw in zip(xs, kinds)]
-    want_inv = [rope.apply(strided(x), inverse=True, **kw) for x, kw in zip(xs, kinds)]
+    want = [rope.apply(x, **kw, **GENERAL) for x, kw in zip(xs, kinds)]
+    want_inv = [rope.apply(x, inverse=True, **kw, **GENERAL) for x, kw in zip(xs, kinds)]
     paths.direct(rope.apply, xs[0], offset=0)
     paths.direct(rope.apply, xs[0], offset=0, inverse=True)
-    assert len(_plan.CALLS) == 2
+    y = xs[0].copy()
+    paths.direct(rope.apply, y, offset=0, out=y)
+    assert len(_plan.CALLS) == 3
     calls = dict(_plan.CALLS)
     general = paths.general
     got, got_inv, got_inplace = [None] * 8, [None] * 8, [None] * 8
