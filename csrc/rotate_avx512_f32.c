@@ -40,15 +40,17 @@ ROPE_AVX512_SH_ROWS(sh_rows_f32, float, __m512, ps, 16, __mmask16, rope_avx512_l
 /* lanes 16 - m .. 31 - m of two neighbouring row vectors */
 #define ROT_PS(m)                                                                    \
     _mm512_sub_epi32(_mm512_set_epi32(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, \
-                                      17, 16),                                               \
+                                      17, 16),                                       \
                      _mm512_set1_epi32((int)(m)))
 ROPE_AVX512_SH_FLAT(sh_flat_f32, float, __m512, ps, 16, __mmask16, rope_avx512_lanes16, ROT_PS)
-ROPE_AVX512_SH(sh_f32, sh_rows_f32, sh_flat_f32, float, 16)
+ROPE_AVX512_SH(sh_f32, sh_rows_f32, sh_flat_f32, float, __m512, ps, 16, __mmask16)
 
 ROPE_AVX512 void rope_rot_sh_f32_avx512(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
 {
+    if (n_heads <= 0 || half <= 0) /* nothing to rotate: touch nothing */
+        return;
     const float *x = (const float *)xv, *cos = (const float *)cosv, *sin = (const float *)sinv;
     float *y = (float *)yv;
     const int64_t m = (int64_t)((uintptr_t)xv & 63) / 4; /* floats past a 64-byte boundary */
@@ -128,6 +130,8 @@ ROPE_AVX512 void rope_rot_il_f32_avx512(const void *xv, void *yv, int64_t x_sh, 
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
 {
+    if (n_heads <= 0 || half <= 0) /* nothing to rotate: touch nothing */
+        return;
     const float *x = (const float *)xv, *cos = (const float *)cosv, *sin = (const float *)sinv;
     float *y = (float *)yv;
     const int64_t m = (int64_t)((uintptr_t)xv & 63) / 4; /* floats past a 64-byte boundary */

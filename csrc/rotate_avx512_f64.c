@@ -1,12 +1,13 @@
 /* AVX-512 rotation kernels for float64 storage (rotate_avx512.h holds the
  * loops they share with float32): float64 arithmetic on float64 table rows,
- * 8 lanes per vector, the scalar formula of rotate.c lane for lane.
+ * 8 lanes per vector, rotate.c's formula lane for lane.
  *
- * Split half: the row in registers while the heads go by (head_dim <= 128;
- * longer heads head by head, 128 elements at a time), per 8 pairs two
- * loads, two products, two FMAs, two stores, each half's last vector a
- * masked load and store of the pairs left.
- * Interleaved, head_dim <= 64: the row duplicated to pair order in
+ * Split half: the row in registers while the heads go by (up to 64 pairs;
+ * longer heads head by head, 64 pairs at a time), per 8 pairs two loads,
+ * two products, two FMAs, two stores, each half's last vector a masked load
+ * and store of the pairs left; a token's heads back to back off a 64-byte
+ * boundary as one aligned run (ROPE_AVX512_SH_FLAT).
+ * Interleaved, up to 32 pairs: the row duplicated to pair order in
  * registers and fmaddsub(v, C, swap(v) * S) per vector of 4 pairs; longer
  * heads separate the coordinates with in-lane shuffles (shufpd, unpcklpd)
  * against a row permuted to match, one head after the other. */
@@ -21,12 +22,14 @@ ROPE_AVX512_SH_ROWS(sh_rows_f64, double, __m512d, pd, 8, __mmask8, rope_avx512_l
 #define ROT_PD(m)                                                                    \
     _mm512_sub_epi64(_mm512_set_epi64(15, 14, 13, 12, 11, 10, 9, 8), _mm512_set1_epi64(m))
 ROPE_AVX512_SH_FLAT(sh_flat_f64, double, __m512d, pd, 8, __mmask8, rope_avx512_lanes8, ROT_PD)
-ROPE_AVX512_SH(sh_f64, sh_rows_f64, sh_flat_f64, double, 8)
+ROPE_AVX512_SH(sh_f64, sh_rows_f64, sh_flat_f64, double, __m512d, pd, 8, __mmask8)
 
 ROPE_AVX512 void rope_rot_sh_f64_avx512(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
 {
+    if (n_heads <= 0 || half <= 0) /* nothing to rotate: touch nothing */
+        return;
     sh_f64((const double *)xv, (double *)yv, x_sh, y_sh, n_heads, (const double *)cosv,
            (const double *)sinv, half, inverse);
 }
@@ -51,6 +54,8 @@ ROPE_AVX512 void rope_rot_il_f64_avx512(const void *xv, void *yv, int64_t x_sh, 
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
 {
+    if (n_heads <= 0 || half <= 0) /* nothing to rotate: touch nothing */
+        return;
     const double *x = (const double *)xv, *cos = (const double *)cosv, *sin = (const double *)sinv;
     double *y = (double *)yv;
     if (half <= 32) {
