@@ -65,6 +65,21 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
 #define ROPE_AVX512_PART(left, most, L)                                              \
     ((left) <= (most) ? (left) : (left) - (most) < (L) ? (most) - (L) : (most))
 
+/* Calls the AVX2 kernels do faster (Zen 4, measured), which an AVX-512
+ * entry hands over to them:
+ *  - split half, heads of fewer than L pairs so close together that the
+ *    head after next is read while this head's masked stores are in flight
+ *    (below: 2 x_sh < half + L; 2-3x slower at head_dim 2-10, measured);
+ *  - split half, heads of more than 8 L pairs, not a whole number of
+ *    vectors: one half of every head is then off a 64-byte boundary
+ *    throughout, and a 64-byte access there always straddles two cache
+ *    lines where a 32-byte one does every other time (0.6-0.8x, measured);
+ *  - interleaved, heads of at most L/2 pairs with 2 x_sh < L (the same as
+ *    the first). */
+#define ROPE_AVX512_SH_TO_AVX2(half, x_sh, L)                                        \
+    (((half) < (L) && 2 * (x_sh) < (half) + (L)) || ((half) > 8 * (L) && (half) % (L)))
+#define ROPE_AVX512_IL_TO_AVX2(half, x_sh, L) (2 * (half) <= (L) && 2 * (x_sh) < (L))
+
 /* Pairs per interleaved chunk whose permuted cos/sin sit on the stack (the
  * deinterleaving kernel, heads longer than the registers hold). */
 #define ROPE_AVX512_IL_CHUNK 512
@@ -238,10 +253,11 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
 #define ROPE_AVX512_SH_ALL_(F, NV) F(x, y, x_sh, y_sh, n_heads, cos, sin, half, half, inverse, NV)
 /* Heads longer than the registers hold: head by head, the row read again
  * with each vector (a 64-byte load a cycle leaves room for it beside the
- * store every two). The vectors between the first and the last start on
- * 64-byte boundaries of x (of x1 as well when half is a multiple of L);
- * the first (pairs 0..) and the last (pairs half - L..) overlap their
- * neighbours: read first, written last. */
+ * store every two), two vectors an iteration (5-10% faster than one). The
+ * vectors between the first and the last start on 64-byte boundaries of x
+ * (of x1 as well when half is a multiple of L); the first (pairs 0..) and
+ * the last (pairs half - L..) overlap their neighbours: read first,
+ * written last. */
 #define ROPE_AVX512_SH_LONG_(T, V, P, L, M, FM0, FM1)                                \
     {                                                                                \
         const int64_t last = half - L, off1 = half;                                  \
@@ -255,7 +271,7 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             ROPE_IN_ZMM(bh);                                                         \
             ROPE_IN_ZMM(at);                                                         \
             ROPE_IN_ZMM(bt);                                                         \
-            for (int64_t i = L - m0; i < last; i += L) {                             \
+            _Pragma("GCC unroll 2") for (int64_t i = L - m0; i < last; i += L) {     \
                 V c = _mm512_loadu_##P(cos + i), s = _mm512_loadu_##P(sin + i);      \
                 V a = _mm512_loadu_##P(x + i), b = _mm512_loadu_##P(x + off1 + i);   \
                 ROPE_IN_ZMM(c);                                                      \

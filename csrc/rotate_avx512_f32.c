@@ -45,6 +45,10 @@ ROPE_AVX512_SH_ROWS(sh_rows_f32, float, __m512, ps, 16, __mmask16, rope_avx512_l
 ROPE_AVX512_SH_FLAT(sh_flat_f32, float, __m512, ps, 16, __mmask16, rope_avx512_lanes16, ROT_PS)
 ROPE_AVX512_SH(sh_f32, sh_rows_f32, sh_flat_f32, float, __m512, ps, 16, __mmask16)
 
+/* the AVX2 kernels (rotate_avx2_f32.c), for what they do faster */
+void rope_rot_sh_f32_avx2(ROPE_ROT_PARAMS);
+void rope_rot_il_f32_avx2(ROPE_ROT_PARAMS);
+
 ROPE_AVX512 void rope_rot_sh_f32_avx512(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
@@ -56,6 +60,8 @@ ROPE_AVX512 void rope_rot_sh_f32_avx512(const void *xv, void *yv, int64_t x_sh, 
     const int64_t m = (int64_t)((uintptr_t)xv & 63) / 4; /* floats past a 64-byte boundary */
     if (half == 64 && m == 0) /* head_dim 128 on a boundary: no switch */
         sh_rows_f32(x, y, x_sh, y_sh, n_heads, cos, sin, 64, 64, inverse, 4);
+    else if (ROPE_AVX512_SH_TO_AVX2(half, x_sh, 16))
+        rope_rot_sh_f32_avx2(xv, yv, x_sh, y_sh, n_heads, cosv, sinv, half, inverse);
     else
         sh_f32(x, y, x_sh, y_sh, n_heads, cos, sin, half, inverse);
 }
@@ -139,6 +145,8 @@ ROPE_AVX512 void rope_rot_il_f32_avx512(const void *xv, void *yv, int64_t x_sh, 
         il_f32_flat64(x, y, n_heads, cos, sin, m, inverse);
     else if (half == 64) /* head_dim 128: no switch */
         il_rows_f32(x, y, x_sh, y_sh, n_heads, cos, sin, 64, inverse, 8);
+    else if (ROPE_AVX512_IL_TO_AVX2(half, x_sh, 16))
+        rope_rot_il_f32_avx2(xv, yv, x_sh, y_sh, n_heads, cosv, sinv, half, inverse);
     else if (half < 64) {
 #define IL_ROWS_(F, NV) F(x, y, x_sh, y_sh, n_heads, cos, sin, half, inverse, NV)
         ROPE_AVX512_NV_SWITCH((2 * half + 15) / 16, IL_ROWS_, il_rows_f32)

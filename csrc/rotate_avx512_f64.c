@@ -24,14 +24,21 @@ ROPE_AVX512_SH_ROWS(sh_rows_f64, double, __m512d, pd, 8, __mmask8, rope_avx512_l
 ROPE_AVX512_SH_FLAT(sh_flat_f64, double, __m512d, pd, 8, __mmask8, rope_avx512_lanes8, ROT_PD)
 ROPE_AVX512_SH(sh_f64, sh_rows_f64, sh_flat_f64, double, __m512d, pd, 8, __mmask8)
 
+/* the AVX2 kernels (rotate_avx2_f64.c), for what they do faster */
+void rope_rot_sh_f64_avx2(ROPE_ROT_PARAMS);
+void rope_rot_il_f64_avx2(ROPE_ROT_PARAMS);
+
 ROPE_AVX512 void rope_rot_sh_f64_avx512(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                         int64_t n_heads, const void *cosv, const void *sinv,
                                         int64_t half, int inverse)
 {
     if (n_heads <= 0 || half <= 0) /* nothing to rotate: touch nothing */
         return;
-    sh_f64((const double *)xv, (double *)yv, x_sh, y_sh, n_heads, (const double *)cosv,
-           (const double *)sinv, half, inverse);
+    if (ROPE_AVX512_SH_TO_AVX2(half, x_sh, 8))
+        rope_rot_sh_f64_avx2(xv, yv, x_sh, y_sh, n_heads, cosv, sinv, half, inverse);
+    else
+        sh_f64((const double *)xv, (double *)yv, x_sh, y_sh, n_heads, (const double *)cosv,
+               (const double *)sinv, half, inverse);
 }
 
 /* ---- interleaved ---------------------------------------------------------- */
@@ -58,7 +65,9 @@ ROPE_AVX512 void rope_rot_il_f64_avx512(const void *xv, void *yv, int64_t x_sh, 
         return;
     const double *x = (const double *)xv, *cos = (const double *)cosv, *sin = (const double *)sinv;
     double *y = (double *)yv;
-    if (half <= 32) {
+    if (ROPE_AVX512_IL_TO_AVX2(half, x_sh, 8))
+        rope_rot_il_f64_avx2(xv, yv, x_sh, y_sh, n_heads, cosv, sinv, half, inverse);
+    else if (half <= 32) {
 #define IL_ROWS_(F, NV) F(x, y, x_sh, y_sh, n_heads, cos, sin, half, inverse, NV)
         ROPE_AVX512_NV_SWITCH((2 * half + 7) / 8, IL_ROWS_, il_rows_f64)
 #undef IL_ROWS_
