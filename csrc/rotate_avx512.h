@@ -332,18 +332,22 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
         const int64_t last = NV == 1 ? 0 : n - L / 2; /* the last vector's first pair */ \
         const M mt = NV == 1 ? LANES(2 * n) : (M)-1;   /* and its lanes */           \
         V C[8], S[8];                                                                \
-        ROPE_AVX512_UNROLL for (int k = 0; 2 * k < NV - 1; k++) {                    \
+        /* a whole number of vectors: the last one is no different */               \
+        const int whole = NV > 1 && 2 * n == L * NV;                                 \
+        ROPE_AVX512_UNROLL for (int k = 0; 2 * k < NV; k++) {                        \
+            if (2 * k == NV - 1 && !whole)                                           \
+                break;                                                               \
             const M m = LANES(n - L * k);                                            \
             const V cv = _mm512_permutexvar_##P(order, _mm512_maskz_loadu_##P(m, cos + L * k)); \
             const V sv = _mm512_permutexvar_##P(order, _mm512_maskz_loadu_##P(m, sin + L * k)); \
             C[2 * k] = _mm512_unpacklo_##P(cv, cv);                                  \
             S[2 * k] = _mm512_unpacklo_##P(sv, sv);                                  \
-            if (2 * k + 1 < NV - 1) {                                                \
+            if (2 * k + 1 < NV - 1 || (2 * k + 1 == NV - 1 && whole)) {              \
                 C[2 * k + 1] = _mm512_unpackhi_##P(cv, cv);                          \
                 S[2 * k + 1] = _mm512_unpackhi_##P(sv, sv);                          \
             }                                                                        \
         }                                                                            \
-        {                                                                            \
+        if (!whole) { /* pairs last .. last + L/2 - 1 (NV == 1: 0 .. n - 1) */       \
             const M m = LANES(NV == 1 ? n : L / 2);                                  \
             const V cv = _mm512_permutexvar_##P(order, _mm512_maskz_loadu_##P(m, cos + last)); \
             const V sv = _mm512_permutexvar_##P(order, _mm512_maskz_loadu_##P(m, sin + last)); \
