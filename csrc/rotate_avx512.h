@@ -116,9 +116,10 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
     if (NV == 1) { /* one masked vector a half: next head read before this one is written */ \
         V a = _mm512_maskz_loadu_##P(mt, x), b = _mm512_maskz_loadu_##P(mt, x + off1); \
         for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
-            const M mn = h + 1 < n_heads ? mt : 0; /* no lane: no access */          \
-            V an = _mm512_maskz_loadu_##P(mn, x + x_sh);                             \
-            V bn = _mm512_maskz_loadu_##P(mn, x + x_sh + off1);                      \
+            const int more = h + 1 < n_heads;                                        \
+            const T *xn = more ? x + x_sh : x;                                       \
+            V an = _mm512_maskz_loadu_##P(more ? mt : 0, xn); /* no lane: no access */ \
+            V bn = _mm512_maskz_loadu_##P(more ? mt : 0, xn + off1);                 \
             ROPE_IN_ZMM(an);                                                         \
             ROPE_IN_ZMM(bn);                                                         \
             ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, a, b, c[0], s[0], 0, mt);           \
@@ -307,7 +308,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
     if (NV == 1) { /* one masked vector: next head read before this one is written */ \
         V a = _mm512_maskz_loadu_##P(mt, x);                                         \
         for (int64_t h = 0; h < n_heads; h++, x += x_sh, y += y_sh) {                \
-            V an = _mm512_maskz_loadu_##P(h + 1 < n_heads ? mt : 0, x + x_sh);       \
+            const int more = h + 1 < n_heads; /* no lane: no access */               \
+            V an = _mm512_maskz_loadu_##P(more ? mt : 0, more ? x + x_sh : x);       \
             ROPE_IN_ZMM(an);                                                         \
             ROPE_AVX512_IL_STEP1_(P, FM, SWAP, a, C[0], S[0], 0, mt);                \
             a = an;                                                                  \
