@@ -5,19 +5,21 @@
  * per cycle and a 512-bit store once every two, exactly the throughput of
  * two 256-bit ones. A rotation needs one rounded product and one FMA per
  * element and one store of it, so a head of 128 float32 takes at least 16
- * cycles with AVX2 and AVX-512 alike; the AVX2 kernels take 24-28 in L1,
- * these 17-19. What AVX-512 removes is the rest: half the instructions per
- * element, the row in registers instead of reloaded per step, masked last
- * vectors instead of scalar pairs, and (heads back to back) no access that
- * straddles two cache lines.
+ * cycles with AVX2 and AVX-512 alike. In L1, 32 heads a call, the AVX2
+ * kernels take 20-30 cycles a head (split half 20-25, interleaved 26-30,
+ * the more 16 bytes off a 64-byte boundary), these 17.5-18 either way.
+ * What AVX-512 removes is what surrounds the arithmetic: half the
+ * instructions per element, the row in registers instead of reloaded per
+ * step, vector tails instead of scalar pairs, and (heads back to back) no
+ * access that straddles two cache lines.
  *
  * Split half: the row's cos and sin (up to 128 pairs) stay in registers
  * while the heads go by, per 16 pairs two loads, two products, two FMAs and
- * two stores; the last vector of each half is a masked load and store of
- * the pairs left. With a token's heads back to back and x off a 64-byte
- * boundary (numpy puts large arrays 16 bytes past one) the token is one
- * aligned run of vectors instead (ROPE_AVX512_SH_FLAT). Longer heads go
- * head by head, 128 pairs at a time.
+ * two stores; a head's last vector ends at its last pair. With a token's
+ * heads back to back and x off a 64-byte boundary (numpy puts large arrays
+ * 16 bytes past one) the token is one aligned run of vectors instead
+ * (ROPE_AVX512_SH_FLAT). Longer heads go head by head with the row read
+ * along.
  *
  * Interleaved, up to 64 pairs: the row duplicated to pair order
  * (c0 c0 c1 c1 ...) stays in registers and a vector v of 8 pairs becomes
@@ -28,8 +30,10 @@
  * (il_f32_flat64). Longer heads separate the coordinates with in-lane
  * shuffles against a permuted row (ROPE_AVX512_IL_WIDE).
  *
- * Every path computes each element as rotate.c does, y0 = fma(x0, c,
- * -(x1 * s)), y1 = fma(x1, c, x0 * s): one rounded product, one FMA. */
+ * The few shapes the AVX2 kernels do faster go to them
+ * (ROPE_AVX512_SH_TO_AVX2, ROPE_AVX512_IL_TO_AVX2). Every path computes each
+ * element as rotate.c does, y0 = fma(x0, c, -(x1 * s)),
+ * y1 = fma(x1, c, x0 * s): one rounded product, one FMA. */
 #include "rotate_avx512.h"
 
 #ifdef ROPE_HAVE_X86

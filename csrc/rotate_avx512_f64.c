@@ -3,14 +3,15 @@
  * 8 lanes per vector, rotate.c's formula lane for lane.
  *
  * Split half: the row in registers while the heads go by (up to 64 pairs;
- * longer heads head by head, 64 pairs at a time), per 8 pairs two loads,
- * two products, two FMAs, two stores, each half's last vector a masked load
- * and store of the pairs left; a token's heads back to back off a 64-byte
- * boundary as one aligned run (ROPE_AVX512_SH_FLAT).
+ * longer heads head by head with the row read along), per 8 pairs two
+ * loads, two products, two FMAs, two stores, a head's last vector ending at
+ * its last pair; a token's heads back to back off a 64-byte boundary as one
+ * aligned run (ROPE_AVX512_SH_FLAT).
  * Interleaved, up to 32 pairs: the row duplicated to pair order in
  * registers and fmaddsub(v, C, swap(v) * S) per vector of 4 pairs; longer
  * heads separate the coordinates with in-lane shuffles (shufpd, unpcklpd)
- * against a row permuted to match, one head after the other. */
+ * against a row permuted to match, one head after the other.
+ * The few shapes the AVX2 kernels do faster go to them. */
 #include "rotate_avx512.h"
 
 #ifdef ROPE_HAVE_X86
