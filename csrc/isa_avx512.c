@@ -22,7 +22,7 @@ extern const rope_isa rope_isa_avx2; /* isa_avx2.c */
 
 /* Storage types with AVX-512 kernels rope_rot_{il,sh}_<sfx>_avx512, and
  * those whose "avx512bf16" kernels are rope_rot_{il,sh}_<sfx>_avx512bf16. */
-#define ROPE_AVX512_TYPES(X) X(ROPE_F16, f16) X(ROPE_BF16, bf16)
+#define ROPE_AVX512_TYPES(X) X(ROPE_F32, f32) X(ROPE_F16, f16) X(ROPE_BF16, bf16) X(ROPE_F64, f64)
 #define ROPE_AVX512BF16_TYPES(X) X(ROPE_BF16, bf16)
 
 #define ROPE_DECLARE_ROT_(code, sfx, isa)                                      \
