@@ -1,15 +1,18 @@
-/* A small persistent thread pool for splitting large calls.
+/* A small persistent thread pool for splitting large calls, and the rule
+ * that decides which calls it takes.
  *
- * Workers are started lazily, the first time a call wants them, and then
- * sleep on a condition variable between jobs (after a short spin, so that
- * back-to-back calls such as q then k do not pay a wake-up each). A job is
- * cut into fixed chunks ("parts", several per thread) and published as one
- * atomic ticket (generation, part count, next part); the calling thread and
- * the workers claim parts from it with compare-and-swap,
- * so a part runs exactly once and a late worker can never claim a part of a
- * newer job. The caller claims parts too, so a job finishes even with no
- * worker at all; when another thread is already running a job the caller
- * simply does all parts itself. Which thread runs a part never changes its
+ * (The measured reasons for the rule are summarised below the constants.)
+ *
+ * Workers are started lazily, then wait for jobs: first spinning for
+ * ROPE_SPIN_NS after their last job (so back-to-back calls find them
+ * awake), then asleep on a condition variable. A job is cut into fixed
+ * chunks ("parts", several per thread) and published as one atomic ticket
+ * (generation, first and last unclaimed part): the caller claims parts from
+ * the front and starts at once, workers claim from the back, each with
+ * compare-and-swap, so a part runs exactly once, a late worker finds
+ * nothing left (never a part of a newer job), and a job finishes even with
+ * no worker at all. When another thread is already running a job the caller
+ * simply runs its call alone. Which thread runs a part never changes its
  * result: parts are fixed ranges and the kernels compute each token alone.
  * After fork() the child starts with no workers (pthread_atfork).
  */
@@ -17,74 +20,86 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
 #else
 #define cpu_relax() ((void)0)
 #endif
 
-/* Smallest share of one call's memory traffic (bytes read + written) worth a
- * thread. Measured on a 2-core Zen 3: a decode step (16x1x32x128 float32,
- * 512 KiB of traffic) takes ~5 us alone, and handing half of it to a worker
- * costs about that much when the other core is busy (e.g. with another
- * library's spinning pool), so calls below 1 MiB per thread stay alone. */
-#define ROPE_MIN_PART_BYTES (1024 * 1024)
+/* Traffic (bytes read + written) per thread below which a call is not split
+ * even when a worker is awake. */
+#ifndef ROPE_HOT_BYTES
+#define ROPE_HOT_BYTES (1024 * 1024)
+#endif
+/* Traffic of a call worth waking a sleeping worker for. */
+#ifndef ROPE_COLD_BYTES
+#define ROPE_COLD_BYTES (32 * 1024 * 1024)
+#endif
+/* Consecutive split-sized calls, each starting within ROPE_SPIN_NS of the
+ * end of the one before, after which a sleeping worker is woken anyway: a
+ * run of back-to-back calls pays one wake-up and then finds it spinning. */
+#ifndef ROPE_BURST_CALLS
+#define ROPE_BURST_CALLS 2
+#endif
 /* Chunks per thread: small enough that a late worker costs little. */
+#ifndef ROPE_CHUNKS_PER_THREAD
 #define ROPE_CHUNKS_PER_THREAD 8
+#endif
 /* How long an idle worker spins before it sleeps. */
+#ifndef ROPE_SPIN_NS
 #define ROPE_SPIN_NS 50000
+#endif
+/* After a split that did not pay, split-sized calls run alone for this
+ * long, doubled after each further loss up to the maximum. */
+#define ROPE_BACKOFF_MIN_NS 1000000
+#define ROPE_BACKOFF_MAX_NS 256000000
+/* How often a spinning worker checks that it is not keeping the last
+ * caller's CPU from it (and yields it if so). */
+#define ROPE_YIELD_CHECK_NS 2000
 
-/* ticket = generation << 32 | n_parts << 16 | next part */
+/* ticket = generation << 32 | front << 16 | back: parts front..back-1 of
+ * the job of that generation are unclaimed. */
 #define T_GEN(t) ((uint32_t)((t) >> 32))
-#define T_PARTS(t) ((int)(((t) >> 16) & 0xFFFF))
-#define T_NEXT(t) ((int)((t)&0xFFFF))
+#define T_FRONT(t) ((int)(((t) >> 16) & 0xFFFF))
+#define T_BACK(t) ((int)((t)&0xFFFF))
+#define T_MAX_PARTS 0xFFFF
 
-static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;    /* guards sleeping */
+/* Claimed by every part (and polled by spinning workers) on one cache line;
+ * what a worker's part updates on another, the pool's state on a third. */
+static _Alignas(64) _Atomic uint64_t g_ticket;
+static _Alignas(64) _Atomic int g_remaining; /* parts claimed by workers, not yet done */
+static _Alignas(64) _Atomic int g_workers;   /* started */
+static _Atomic int g_sleepers;               /* asleep on g_cv, or about to be */
+static _Atomic int g_caller_cpu = -1;        /* CPU the last job was published from */
+static _Atomic int64_t g_hot_bytes = ROPE_HOT_BYTES, g_cold_bytes = ROPE_COLD_BYTES;
+
+static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;   /* guards sleeping */
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static _Atomic uint64_t g_ticket;
-static _Atomic int g_remaining;      /* parts claimed by workers, not yet done */
-static int g_n_workers;              /* guarded by g_busy */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* Guarded by g_busy: when the last split-sized call ended, and how many
+ * such calls in a row started soon after the one before. */
+static int64_t g_last_end;
+static int g_burst;
+/* Guarded by g_busy: split-sized calls run alone until g_backoff_until
+ * after a split that did not pay; g_backoff_ns is the next back-off. */
+static int64_t g_backoff_until, g_backoff_ns = ROPE_BACKOFF_MIN_NS;
+static _Atomic int g_feedback = 1;
+static int64_t g_stats[ROPE_THREAD_STATS]; /* guarded by g_busy */
 
 /* The job of the current generation; written by the caller before the
  * ticket is published, read by a worker only after it claimed a part. */
 static rope_task_fn g_fn;
 static void *g_ctx;
 static int64_t g_items;
-
-static void run_part(int part, int n_parts)
-{
-    const int64_t b = (int64_t)((__int128)g_items * part / n_parts);
-    const int64_t e = (int64_t)((__int128)g_items * (part + 1) / n_parts);
-    if (e > b)
-        g_fn(g_ctx, b, e);
-}
-
-/* Claim and run parts of generation gen until none is left. is_worker:
- * count the part in g_remaining (the caller waits for those). */
-static void claim_parts(uint32_t gen, int is_worker)
-{
-    uint64_t t = atomic_load(&g_ticket);
-    for (;;) {
-        if (T_GEN(t) != gen || T_NEXT(t) >= T_PARTS(t))
-            return;
-        if (is_worker)
-            atomic_fetch_add(&g_remaining, 1);
-        if (atomic_compare_exchange_weak(&g_ticket, &t, t + 1)) {
-            run_part(T_NEXT(t), T_PARTS(t));
-            if (is_worker)
-                atomic_fetch_sub(&g_remaining, 1);
-            t = atomic_load(&g_ticket);
-        } else if (is_worker) {
-            atomic_fetch_sub(&g_remaining, 1);
-        }
-    }
-}
+static int g_parts;
 
 static int64_t now_ns(void)
 {
@@ -93,20 +108,102 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Is this thread on the CPU the last job was published from? A worker
+ * there would only take turns with the caller (the scheduler may place a
+ * woken worker beside its waker), so it leaves the parts to the caller. */
+static int beside_caller(void)
+{
+#ifdef __linux__
+    const int cpu = sched_getcpu();
+    return cpu >= 0 && cpu == atomic_load_explicit(&g_caller_cpu, memory_order_relaxed);
+#else
+    return 0;
+#endif
+}
+
+static void run_part(int part)
+{
+    const int64_t b = (int64_t)((__int128)g_items * part / g_parts);
+    const int64_t e = (int64_t)((__int128)g_items * (part + 1) / g_parts);
+    if (e > b)
+        g_fn(g_ctx, b, e);
+}
+
+/* The caller: claim parts of generation gen from the front until none is
+ * left; returns how many it ran. */
+static int caller_parts(uint32_t gen)
+{
+    int ran = 0;
+    uint64_t t = atomic_load(&g_ticket);
+    while (T_GEN(t) == gen && T_FRONT(t) < T_BACK(t)) {
+        if (atomic_compare_exchange_weak(&g_ticket, &t, t + (1u << 16))) {
+            run_part(T_FRONT(t));
+            ran++;
+            t = atomic_load(&g_ticket);
+        }
+    }
+    return ran;
+}
+
+/* A worker: claim parts of generation gen from the back until none is
+ * left, counting each in g_remaining (the caller waits for those). */
+static void worker_parts(uint32_t gen)
+{
+    uint64_t t = atomic_load(&g_ticket);
+    while (T_GEN(t) == gen && T_FRONT(t) < T_BACK(t)) {
+        if (beside_caller()) {
+            sched_yield();
+            t = atomic_load(&g_ticket);
+            continue;
+        }
+        atomic_fetch_add(&g_remaining, 1);
+        if (atomic_compare_exchange_weak(&g_ticket, &t, t - 1)) {
+            run_part(T_BACK(t) - 1);
+            atomic_fetch_sub(&g_remaining, 1);
+            t = atomic_load(&g_ticket);
+        } else {
+            atomic_fetch_sub(&g_remaining, 1);
+        }
+    }
+}
+
+/* Wait for a generation other than seen and return it: spin for
+ * ROPE_SPIN_NS, then sleep until a caller wakes the pool. */
+static uint32_t next_job(uint32_t seen)
+{
+    const int64_t start = now_ns();
+    int64_t check = start;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            const uint32_t gen = T_GEN(atomic_load(&g_ticket));
+            if (gen != seen)
+                return gen;
+            cpu_relax();
+        }
+        const int64_t t = now_ns();
+        if (t - start >= ROPE_SPIN_NS)
+            break;
+        if (t - check >= ROPE_YIELD_CHECK_NS) {
+            check = t;
+            if (beside_caller())
+                sched_yield();
+        }
+    }
+    pthread_mutex_lock(&g_mu);
+    atomic_fetch_add(&g_sleepers, 1);
+    while (T_GEN(atomic_load(&g_ticket)) == seen)
+        pthread_cond_wait(&g_cv, &g_mu);
+    atomic_fetch_sub(&g_sleepers, 1);
+    pthread_mutex_unlock(&g_mu);
+    return T_GEN(atomic_load(&g_ticket));
+}
+
 static void *worker_main(void *arg)
 {
-    (void)arg;
-    uint32_t seen = T_GEN(atomic_load(&g_ticket));
+    uint32_t gen = (uint32_t)(uintptr_t)arg; /* the generation before its first job */
     for (;;) {
-        const int64_t until = now_ns() + ROPE_SPIN_NS;
-        while (T_GEN(atomic_load(&g_ticket)) == seen && now_ns() < until)
-            cpu_relax();
-        pthread_mutex_lock(&g_mu);
-        while (T_GEN(atomic_load(&g_ticket)) == seen)
-            pthread_cond_wait(&g_cv, &g_mu);
-        pthread_mutex_unlock(&g_mu);
-        seen = T_GEN(atomic_load(&g_ticket));
-        claim_parts(seen, 1);
+        gen = next_job(gen);
+        worker_parts(gen);
     }
     return NULL;
 }
@@ -119,7 +216,11 @@ static void atfork_child(void)
     pthread_mutex_init(&g_mu, NULL);
     pthread_cond_init(&g_cv, NULL);
     atomic_store(&g_remaining, 0);
-    g_n_workers = 0;
+    atomic_store(&g_workers, 0);
+    atomic_store(&g_sleepers, 0);
+    g_burst = 0;
+    g_backoff_until = 0;
+    g_backoff_ns = ROPE_BACKOFF_MIN_NS;
     pthread_mutex_unlock(&g_busy);
 }
 
@@ -128,60 +229,83 @@ static void install_atfork(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-/* Start workers until there are `want` (called with g_busy held). */
-static void grow_pool(int want)
+/* Start workers until there are `want` (called with g_busy held); each
+ * starts waiting for a generation after gen. */
+static void grow_pool(int want, uint32_t gen)
 {
-    while (g_n_workers < want) {
+    while (atomic_load(&g_workers) < want) {
         pthread_t tid;
         pthread_attr_t attr;
         if (pthread_attr_init(&attr))
             return;
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_attr_setstacksize(&attr, 256 * 1024);
-        const int err = pthread_create(&tid, &attr, worker_main, NULL);
+        const int err = pthread_create(&tid, &attr, worker_main, (void *)(uintptr_t)gen);
         pthread_attr_destroy(&attr);
         if (err)
             return; /* fewer workers: the caller runs the remaining parts */
-        g_n_workers++;
+        atomic_fetch_add(&g_workers, 1);
     }
 }
 
-int rope_threads_for(int64_t bytes, int64_t n_items, int n_threads)
+void rope_threads_set_rule(int64_t hot_bytes, int64_t cold_bytes, int feedback)
 {
-    int64_t parts = bytes / ROPE_MIN_PART_BYTES;
-    if (parts > n_threads)
-        parts = n_threads;
+    atomic_store(&g_hot_bytes, hot_bytes < 0 ? ROPE_HOT_BYTES : hot_bytes);
+    atomic_store(&g_cold_bytes, cold_bytes < 0 ? ROPE_COLD_BYTES : cold_bytes);
+    atomic_store(&g_feedback, feedback != 0);
+}
+
+void rope_threads_stats(int64_t out[ROPE_THREAD_STATS])
+{
+    pthread_mutex_lock(&g_busy);
+    for (int i = 0; i < ROPE_THREAD_STATS; i++)
+        out[i] = g_stats[i];
+    pthread_mutex_unlock(&g_busy);
+}
+
+/* Threads the size rule allows `bytes` of traffic over n_items. */
+static int threads_by_size(int64_t bytes, int64_t n_items, int n_threads)
+{
+    const int64_t per = atomic_load_explicit(&g_hot_bytes, memory_order_relaxed);
+    int64_t n = per > 0 ? bytes / per : INT64_MAX;
+    if (n > n_threads)
+        n = n_threads;
+    if (n > n_items)
+        n = n_items;
+    if (n > ROPE_MAX_THREADS)
+        n = ROPE_MAX_THREADS;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* Run fn over n_items on the caller and n - 1 workers (g_busy held; wake:
+ * wake sleeping workers). Returns whether the split saved time: the
+ * workers' parts at the caller's own pace per part, against what the caller
+ * spent publishing and waiting for them. */
+static int run_split(rope_task_fn fn, void *ctx, int64_t n_items, int n, int wake, uint32_t gen)
+{
+    int64_t parts = (int64_t)n * ROPE_CHUNKS_PER_THREAD;
     if (parts > n_items)
         parts = n_items;
-    if (parts > ROPE_MAX_THREADS)
-        parts = ROPE_MAX_THREADS;
-    return parts < 1 ? 1 : (int)parts;
-}
-
-void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_threads)
-{
-    if (n_threads > ROPE_MAX_THREADS)
-        n_threads = ROPE_MAX_THREADS;
-    if (n_threads <= 1 || n_items <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
-        /* Alone: one range, the same elements in the same order per token. */
-        if (n_items > 0)
-            fn(ctx, 0, n_items);
-        return;
-    }
-    int64_t n_parts = (int64_t)n_threads * ROPE_CHUNKS_PER_THREAD;
-    if (n_parts > n_items)
-        n_parts = n_items;
-    pthread_once(&g_once, install_atfork);
-    grow_pool(n_threads - 1);
+    const int64_t t0 = now_ns();
     g_fn = fn;
     g_ctx = ctx;
     g_items = n_items;
-    const uint32_t gen = T_GEN(atomic_load(&g_ticket)) + 1;
-    pthread_mutex_lock(&g_mu);
-    atomic_store(&g_ticket, ((uint64_t)gen << 32) | ((uint64_t)n_parts << 16));
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
-    claim_parts(gen, 0);
+    g_parts = (int)parts;
+#ifdef __linux__
+    atomic_store_explicit(&g_caller_cpu, sched_getcpu(), memory_order_relaxed);
+#endif
+    atomic_store(&g_ticket, ((uint64_t)gen << 32) | (uint64_t)parts);
+    if (wake && atomic_load(&g_sleepers) > 0) {
+        /* Through g_mu: a worker between its check and its wait sees the
+         * new ticket or gets the broadcast. */
+        pthread_mutex_lock(&g_mu);
+        pthread_mutex_unlock(&g_mu);
+        pthread_cond_broadcast(&g_cv);
+        g_stats[ROPE_STAT_WAKES]++;
+    }
+    const int64_t t1 = now_ns();
+    const int own = caller_parts(gen);
+    const int64_t t2 = now_ns();
     /* Every part is claimed; wait for the workers still running theirs. */
     for (unsigned spins = 0; atomic_load(&g_remaining) != 0; spins++) {
         if (spins < 4096)
@@ -189,5 +313,62 @@ void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int n_thread
         else
             sched_yield();
     }
+    const int64_t t3 = now_ns();
+    g_stats[ROPE_STAT_SPLIT]++;
+    g_stats[ROPE_STAT_WORKER_PARTS] += parts - own;
+    if (own == 0)
+        return 0; /* the caller was kept from its parts: no gain to count on */
+    return (double)(t2 - t1) / own * (double)(parts - own) > (double)(t1 - t0 + t3 - t2);
+}
+
+void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int64_t bytes, int n_threads)
+{
+    if (n_items <= 0)
+        return;
+    int n = threads_by_size(bytes, n_items, n_threads);
+    if (n <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
+        /* Alone: one range, the same elements in the same order per token. */
+        fn(ctx, 0, n_items);
+        return;
+    }
+    const int64_t start = now_ns();
+    g_stats[ROPE_STAT_CALLS]++;
+    g_burst = start - g_last_end < ROPE_SPIN_NS ? g_burst + 1 : 0;
+    const int feedback = atomic_load_explicit(&g_feedback, memory_order_relaxed);
+    const int wake = bytes >= atomic_load_explicit(&g_cold_bytes, memory_order_relaxed) ||
+                     g_burst >= ROPE_BURST_CALLS;
+    const uint32_t gen = T_GEN(atomic_load(&g_ticket)) + 1;
+    if (feedback && start < g_backoff_until) {
+        n = 1;
+        g_stats[ROPE_STAT_BACKED_OFF]++;
+    }
+    int grew = 0;
+    if (n > 1 && wake) {
+        pthread_once(&g_once, install_atfork);
+        const int before = atomic_load(&g_workers);
+        grow_pool(n - 1, gen - 1);
+        grew = atomic_load(&g_workers) != before;
+    }
+    const int awake = atomic_load(&g_workers) - (wake ? 0 : atomic_load(&g_sleepers));
+    if (n > 1 + awake)
+        n = 1 + awake;
+    if (n <= 1) {
+        fn(ctx, 0, n_items);
+        g_last_end = now_ns();
+    } else {
+        const int saved = run_split(fn, ctx, n_items, n, wake, gen);
+        g_last_end = now_ns();
+        if (saved || grew) { /* a new thread's start is no measure of a split */
+            g_backoff_ns = ROPE_BACKOFF_MIN_NS;
+        } else {
+            /* The split cost more than it saved (the other CPU is busy, a
+             * worker was slow to come or was placed beside the caller):
+             * run alone for a while, longer after each loss in a row. */
+            g_backoff_until = g_last_end + g_backoff_ns;
+            g_backoff_ns = g_backoff_ns * 2 > ROPE_BACKOFF_MAX_NS ? ROPE_BACKOFF_MAX_NS : g_backoff_ns * 2;
+            g_stats[ROPE_STAT_LOSSES]++;
+        }
+    }
     pthread_mutex_unlock(&g_busy);
 }
+
