@@ -1,8 +1,6 @@
 /* A small persistent thread pool for splitting large calls, and the rule
  * that decides which calls it takes.
  *
- * (The measured reasons for the rule are summarised below the constants.)
- *
  * Workers are started lazily, then wait for jobs: first spinning for
  * ROPE_SPIN_NS after their last job (so back-to-back calls find them
  * awake), then asleep on a condition variable. A job is cut into fixed
@@ -15,6 +13,49 @@
  * simply runs its call alone. Which thread runs a part never changes its
  * result: parts are fixed ranges and the kernels compute each token alone.
  * After fork() the child starts with no workers (pthread_atfork).
+ *
+ * The rule. Measured on the 2-vCPU KVM guest this was developed on (AMD
+ * EPYC, CPUID family 25 model 17; tests/c/thread_split.c prints the
+ * figures for any machine):
+ * - Waking a sleeping worker costs the caller 5-20 us (futex wake-up of a
+ *   halted vCPU; a raw futex saves 0-5 us of that, too little to leave the
+ *   portable condition variable), and after an idle gap of 1 ms or more the
+ *   scheduler places the woken worker on the caller's own CPU in 52-59 of
+ *   60 trials, where it can only take turns with the caller (forcing it onto
+ *   the other vCPU took 2-4 ms). Splitting every 1 MiB decode call
+ *   (64x1x32x128 float32) that way made it 1.24-2.2x slower than one thread
+ *   after gaps of 1-10 ms, and the first call after such a gap took 77-99 us
+ *   against 15: the worker ran every part on the caller's CPU, then spun
+ *   there. So a sleeping worker is woken only for a call of ROPE_COLD_BYTES
+ *   of traffic or more (at the yardstick's rate, which no kernel beats, at
+ *   least ~250 us of work, where the wake-up is a few percent), or at the
+ *   ROPE_BURST_CALLS+1-th split-sized call in a row that starts within
+ *   ROPE_SPIN_NS of the previous one's end (one wake-up, then the worker
+ *   is found spinning). A worker that finds itself on the caller's CPU
+ *   yields instead of taking parts.
+ * - With the worker awake (spinning), a split pays from ~5 us of one-thread
+ *   work: 16x1x32x128 float32 (512 KiB of traffic, 3.8 us) was 1.22x slower
+ *   on two threads, its 16-bit twins (256 KiB, 5.8 us) 0.81x, and
+ *   64x1x32x128 float32 (2 MiB, 15 us) 0.65-0.75x. ROPE_HOT_BYTES of
+ *   traffic per thread is over 5 us even at the yardstick's rate (2 MiB in
+ *   11 us), so faster kernels do not make the smallest split a loss.
+ * - On this shared machine the other vCPU is often busy with other
+ *   processes; a worker that is preempted or slow makes the caller wait.
+ *   So every split is judged: if the caller's publishing and waiting cost
+ *   more than the worker's parts saved (at the caller's pace per part), the
+ *   pool backs off -- split-sized calls run alone for ROPE_BACKOFF_MIN_NS,
+ *   doubled after each further loss up to ROPE_BACKOFF_MAX_NS. With the
+ *   load average at 5-13, two threads then timed within 0.96-1.03x of one
+ *   in the median on every decode and prefill case, at gaps of 0, 1 and
+ *   10 ms.
+ * - The slow start after an idle gap is the machine's: after 2-100 ms
+ *   asleep the first call takes 30-60 us instead of 15 (1 MiB), and 200-400
+ *   instead of 85-140 us over the next 2-3 calls for 4 MiB, on one thread as
+ *   on two and for the yardstick alike; a 1 ms arithmetic loop first does
+ *   not shorten it (it is no clock ramp), a read pass over the data takes the
+ *   first call's share itself: the data has to come back into the caches.
+ *   What the pool added to it (the wake-up, the worker beside the caller)
+ *   is gone: the first calls after a gap run alone unless they are large.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -60,16 +101,16 @@
  * long, doubled after each further loss up to the maximum. */
 #define ROPE_BACKOFF_MIN_NS 1000000
 #define ROPE_BACKOFF_MAX_NS 256000000
-/* How often a spinning worker checks that it is not keeping the last
- * caller's CPU from it (and yields it if so). */
-#define ROPE_YIELD_CHECK_NS 2000
+/* How often a spinning worker checks that it is not keeping the caller's
+ * CPU from it (it sleeps if so). */
+#define ROPE_SPIN_CHECK_NS 2000
 
 /* ticket = generation << 32 | front << 16 | back: parts front..back-1 of
  * the job of that generation are unclaimed. */
 #define T_GEN(t) ((uint32_t)((t) >> 32))
 #define T_FRONT(t) ((int)(((t) >> 16) & 0xFFFF))
 #define T_BACK(t) ((int)((t)&0xFFFF))
-#define T_MAX_PARTS 0xFFFF
+_Static_assert(ROPE_MAX_THREADS * ROPE_CHUNKS_PER_THREAD <= 0xFFFF, "parts fit the ticket");
 
 /* Claimed by every part (and polled by spinning workers) on one cache line;
  * what a worker's part updates on another, the pool's state on a third. */
@@ -108,9 +149,9 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Is this thread on the CPU the last job was published from? A worker
- * there would only take turns with the caller (the scheduler may place a
- * woken worker beside its waker), so it leaves the parts to the caller. */
+/* Is this thread on the CPU the last job was published from? The scheduler
+ * may place a woken worker beside its waker; spinning there would keep the
+ * caller from its CPU. */
 static int beside_caller(void)
 {
 #ifdef __linux__
@@ -151,11 +192,6 @@ static void worker_parts(uint32_t gen)
 {
     uint64_t t = atomic_load(&g_ticket);
     while (T_GEN(t) == gen && T_FRONT(t) < T_BACK(t)) {
-        if (beside_caller()) {
-            sched_yield();
-            t = atomic_load(&g_ticket);
-            continue;
-        }
         atomic_fetch_add(&g_remaining, 1);
         if (atomic_compare_exchange_weak(&g_ticket, &t, t - 1)) {
             run_part(T_BACK(t) - 1);
@@ -168,11 +204,12 @@ static void worker_parts(uint32_t gen)
 }
 
 /* Wait for a generation other than seen and return it: spin for
- * ROPE_SPIN_NS, then sleep until a caller wakes the pool. */
+ * ROPE_SPIN_NS, unless (or until) this thread shares the CPU of the
+ * caller, then sleep until a caller wakes the pool. */
 static uint32_t next_job(uint32_t seen)
 {
     const int64_t start = now_ns();
-    int64_t check = start;
+    int64_t check = start - ROPE_SPIN_CHECK_NS;
     for (;;) {
         for (int i = 0; i < 64; i++) {
             const uint32_t gen = T_GEN(atomic_load(&g_ticket));
@@ -183,10 +220,10 @@ static uint32_t next_job(uint32_t seen)
         const int64_t t = now_ns();
         if (t - start >= ROPE_SPIN_NS)
             break;
-        if (t - check >= ROPE_YIELD_CHECK_NS) {
+        if (t - check >= ROPE_SPIN_CHECK_NS) {
             check = t;
             if (beside_caller())
-                sched_yield();
+                break;
         }
     }
     pthread_mutex_lock(&g_mu);
@@ -306,9 +343,10 @@ static int run_split(rope_task_fn fn, void *ctx, int64_t n_items, int n, int wak
     const int64_t t1 = now_ns();
     const int own = caller_parts(gen);
     const int64_t t2 = now_ns();
-    /* Every part is claimed; wait for the workers still running theirs. */
+    /* Every part is claimed; wait for the workers still running theirs
+     * (yielding soon: a worker preempted on this CPU needs it back). */
     for (unsigned spins = 0; atomic_load(&g_remaining) != 0; spins++) {
-        if (spins < 4096)
+        if (spins < 64)
             cpu_relax();
         else
             sched_yield();
