@@ -117,11 +117,12 @@ static const int64_t ROPE_ELEM_SIZE[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_EL
 typedef void (*rope_task_fn)(void *ctx, int64_t begin, int64_t end);
 void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int64_t bytes, int n_threads);
 
-/* Timing and tests only: the size rule's traffic per thread and traffic
- * worth a wake-up (0: every call splits, and wakes the pool; negative: the
- * default), and whether splits that did not pay stop splitting for a while
- * (the default: yes). */
-void rope_threads_set_rule(int64_t hot_bytes, int64_t cold_bytes, int feedback);
+/* Timing and tests only: the size rule's traffic per thread (0: every call
+ * of two or more items splits), the work left after a call's first part
+ * worth waking the pool for, in ns (0: wake it as every call starts), each
+ * negative for the default, and whether splits that did not pay stop
+ * splitting for a while (the default: yes). */
+void rope_threads_set_rule(int64_t hot_bytes, int64_t wake_ns, int feedback);
 /* Timing only: counts since the start (threads.c). */
 enum {
     ROPE_STAT_CALLS,        /* calls the size rule would split */

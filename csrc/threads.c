@@ -14,48 +14,66 @@
  * result: parts are fixed ranges and the kernels compute each token alone.
  * After fork() the child starts with no workers (pthread_atfork).
  *
- * The rule. Measured on the 2-vCPU KVM guest this was developed on (AMD
- * EPYC, CPUID family 25 model 17; tests/c/thread_split.c prints the
- * figures for any machine):
- * - Waking a sleeping worker costs the caller 5-20 us (futex wake-up of a
- *   halted vCPU; a raw futex saves 0-5 us of that, too little to leave the
- *   portable condition variable), and after an idle gap of 1 ms or more the
- *   scheduler places the woken worker on the caller's own CPU in 52-59 of
- *   60 trials, where it can only take turns with the caller (forcing it onto
- *   the other vCPU took 2-4 ms). Splitting every 1 MiB decode call
- *   (64x1x32x128 float32) that way made it 1.24-2.2x slower than one thread
- *   after gaps of 1-10 ms, and the first call after such a gap took 77-99 us
- *   against 15: the worker ran every part on the caller's CPU, then spun
- *   there. So a sleeping worker is woken only for a call of ROPE_COLD_BYTES
- *   of traffic or more (at the yardstick's rate, which no kernel beats, at
- *   least ~250 us of work, where the wake-up is a few percent), or at the
- *   ROPE_BURST_CALLS+1-th split-sized call in a row that starts within
- *   ROPE_SPIN_NS of the previous one's end (one wake-up, then the worker
- *   is found spinning). A worker that finds itself on the caller's CPU
- *   yields instead of taking parts.
- * - With the worker awake (spinning), a split pays from ~5 us of one-thread
- *   work: 16x1x32x128 float32 (512 KiB of traffic, 3.8 us) was 1.22x slower
- *   on two threads, its 16-bit twins (256 KiB, 5.8 us) 0.81x, and
- *   64x1x32x128 float32 (2 MiB, 15 us) 0.65-0.75x. ROPE_HOT_BYTES of
- *   traffic per thread is over 5 us even at the yardstick's rate (2 MiB in
- *   11 us), so faster kernels do not make the smallest split a loss.
- * - On this shared machine the other vCPU is often busy with other
- *   processes; a worker that is preempted or slow makes the caller wait.
- *   So every split is judged: if the caller's publishing and waiting cost
- *   more than the worker's parts saved (at the caller's pace per part), the
- *   pool backs off -- split-sized calls run alone for ROPE_BACKOFF_MIN_NS,
- *   doubled after each further loss up to ROPE_BACKOFF_MAX_NS. With the
- *   load average at 5-13, two threads then timed within 0.96-1.03x of one
- *   in the median on every decode and prefill case, at gaps of 0, 1 and
- *   10 ms.
+ * The rule: a call gets at most one thread per ROPE_HOT_BYTES of traffic;
+ * workers that are awake take parts at once; sleeping ones are woken only
+ * when the work left after the caller's first part, at the caller's pace,
+ * is ROPE_WAKE_NS or more, or at the ROPE_BURST_CALLS+1-th split-sized call
+ * in a row that starts within ROPE_SPIN_NS of the previous one's end (one
+ * wake-up, then the worker is found spinning); splits that do not pay make
+ * the pool back off. Measured on the 2-vCPU KVM guest this was developed on
+ * (AMD EPYC, CPUID family 25 model 17), shared with other jobs; ratios are
+ * two threads / one, medians of interleaved repetitions;
+ * tests/c/thread_split.c prints them for any machine.
+ * - Waking a sleeping worker costs the caller 5-20 us (the futex wake-up of
+ *   a halted vCPU; a raw futex measured 5.6-16 us, the condition variable
+ *   9-22 us, too close to leave the portable one), and after an idle gap of
+ *   1 ms or more the scheduler put the woken worker on the caller's own CPU
+ *   in 52-60 of 60 trials (after 0-100 us: 0 of 60), where it can only take
+ *   turns with the caller; pinning it to the other vCPU then took 0.05 ms
+ *   (after 1 ms asleep) to 1.9 ms (after 10 ms) to get it running there.
+ *   Waking the worker for every 1 MiB decode call (64x1x32x128 float32), as
+ *   the pool did before, made it 1.24-1.27x slower than one thread after
+ *   1 ms gaps and 2.2x after 10 ms; the first calls after such a gap took
+ *   77-99 us against 15 (the worker ran all 16 parts on the caller's CPU,
+ *   then spun there). Wake-ups at the start of every call still lost at
+ *   every size up to 16 MiB of traffic after 1-10 ms gaps (1.02-6.5x). A
+ *   wake-up decided by the work left follows the kernel's speed: with a
+ *   200 us threshold and the AVX2 kernels, decode calls (4-35 us) never woke
+ *   the pool, prefills of q (0.5-1.3 ms) took 0.38-0.68x after 1 ms gaps and
+ *   0.90-1.04x after 10 ms, but prefills of k (140-400 us), whose wake-ups
+ *   after 10 ms gaps mostly lost, 1.06-1.09x there, hence 500 us; with the
+ *   scalar kernels (45x slower) 64x1x32x128 (0.7-0.9 ms) took 0.56-0.59x
+ *   after 1 ms gaps. A worker that finds itself on the caller's CPU sleeps
+ *   instead of spinning.
+ * - With the worker spinning on the other CPU, a split pays from about
+ *   1 us of one-thread work: float32 decode shapes of 128 KiB, 256 KiB,
+ *   512 KiB, 1 MiB and 2 MiB of traffic took 1.02, 0.88, 0.74, 0.62 and
+ *   0.53x; the yardstick (the fastest any kernel can be) 1.12x at 256 KiB,
+ *   0.84x at 512 KiB, 0.69x at 1 MiB. ROPE_HOT_BYTES per thread keeps every
+ *   split at 1 MiB or more, so faster kernels cannot make it a loss (slower
+ *   ones leave some gain unused: 16x1x32x128 on the scalar kernels, 170 us,
+ *   stays on one thread).
+ * - A worker that is preempted or slow (the other vCPU busy with other
+ *   processes, the worker beside the caller) makes the caller wait. So every
+ *   split is judged: if the caller's publishing, waking and waiting cost
+ *   more than the worker's parts saved (at the caller's own pace per part),
+ *   the pool backs off for ROPE_BACKOFF_MIN_NS, doubled after each further
+ *   loss in a row up to ROPE_BACKOFF_MAX_NS: from every split if the worker
+ *   was awake (the other CPU is busy), from wake-ups only if the split woke
+ *   it (a woken worker is often placed beside the caller, while one that is
+ *   awake anyway still helps). What remains is the tail: a worker preempted
+ *   while it holds a part keeps the caller waiting until it runs again
+ *   (under load, the 90th percentile of a split prefill of q reached 2-5 ms
+ *   against 1.3-1.8 ms on one thread).
  * - The slow start after an idle gap is the machine's: after 2-100 ms
- *   asleep the first call takes 30-60 us instead of 15 (1 MiB), and 200-400
- *   instead of 85-140 us over the next 2-3 calls for 4 MiB, on one thread as
- *   on two and for the yardstick alike; a 1 ms arithmetic loop first does
- *   not shorten it (it is no clock ramp), a read pass over the data takes the
- *   first call's share itself: the data has to come back into the caches.
- *   What the pool added to it (the wake-up, the worker beside the caller)
- *   is gone: the first calls after a gap run alone unless they are large.
+ *   asleep the first call takes 20-60 us instead of 15 (1 MiB), and a 4 MiB
+ *   call stays slow for 2-3 calls (e.g. 460, 270, 180 us against 140), on
+ *   one thread as on two and for the yardstick alike. A 1 ms arithmetic
+ *   loop first does not shorten it (no clock ramp); a read pass over the
+ *   data takes the first call's share itself: the data has to come back
+ *   into the caches. What the pool added to it is gone: after a gap, small
+ *   calls run alone and large ones wake the pool only once their first part
+ *   is done; a run of back-to-back calls pays one wake-up, at its third.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -77,11 +95,12 @@
 /* Traffic (bytes read + written) per thread below which a call is not split
  * even when a worker is awake. */
 #ifndef ROPE_HOT_BYTES
-#define ROPE_HOT_BYTES (1024 * 1024)
+#define ROPE_HOT_BYTES (512 * 1024)
 #endif
-/* Traffic of a call worth waking a sleeping worker for. */
-#ifndef ROPE_COLD_BYTES
-#define ROPE_COLD_BYTES (32 * 1024 * 1024)
+/* Work left, at the caller's pace over its first part, worth waking a
+ * sleeping worker for. */
+#ifndef ROPE_WAKE_NS
+#define ROPE_WAKE_NS 500000
 #endif
 /* Consecutive split-sized calls, each starting within ROPE_SPIN_NS of the
  * end of the one before, after which a sleeping worker is woken anyway: a
@@ -97,10 +116,11 @@
 #ifndef ROPE_SPIN_NS
 #define ROPE_SPIN_NS 50000
 #endif
-/* After a split that did not pay, split-sized calls run alone for this
- * long, doubled after each further loss up to the maximum. */
+/* After a split that did not pay, splits of its kind (g_backoff) are not
+ * tried for this long, doubled after each further loss in a row up to the
+ * maximum. */
 #define ROPE_BACKOFF_MIN_NS 1000000
-#define ROPE_BACKOFF_MAX_NS 256000000
+#define ROPE_BACKOFF_MAX_NS 64000000
 /* How often a spinning worker checks that it is not keeping the caller's
  * CPU from it (it sleeps if so). */
 #define ROPE_SPIN_CHECK_NS 2000
@@ -119,7 +139,7 @@ static _Alignas(64) _Atomic int g_remaining; /* parts claimed by workers, not ye
 static _Alignas(64) _Atomic int g_workers;   /* started */
 static _Atomic int g_sleepers;               /* asleep on g_cv, or about to be */
 static _Atomic int g_caller_cpu = -1;        /* CPU the last job was published from */
-static _Atomic int64_t g_hot_bytes = ROPE_HOT_BYTES, g_cold_bytes = ROPE_COLD_BYTES;
+static _Atomic int64_t g_hot_bytes = ROPE_HOT_BYTES, g_wake_ns = ROPE_WAKE_NS;
 
 static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER; /* one job at a time */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;   /* guards sleeping */
@@ -129,9 +149,15 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
  * such calls in a row started soon after the one before. */
 static int64_t g_last_end;
 static int g_burst;
-/* Guarded by g_busy: split-sized calls run alone until g_backoff_until
- * after a split that did not pay; g_backoff_ns is the next back-off. */
-static int64_t g_backoff_until, g_backoff_ns = ROPE_BACKOFF_MIN_NS;
+/* Guarded by g_busy: after a split that did not pay, splits of its kind are
+ * not tried before `until`; `ns` is the next back-off. HOT: splits among
+ * awake workers (a loss stops every split: the other CPU is busy); WAKE:
+ * splits that woke a worker (a loss stops wake-ups, often placed beside the
+ * caller, while a worker that is awake anyway still helps). */
+enum { HOT, WAKE };
+static struct {
+    int64_t until, ns;
+} g_backoff[2] = {{0, ROPE_BACKOFF_MIN_NS}, {0, ROPE_BACKOFF_MIN_NS}};
 static _Atomic int g_feedback = 1;
 static int64_t g_stats[ROPE_THREAD_STATS]; /* guarded by g_busy */
 
@@ -168,22 +194,6 @@ static void run_part(int part)
     const int64_t e = (int64_t)((__int128)g_items * (part + 1) / g_parts);
     if (e > b)
         g_fn(g_ctx, b, e);
-}
-
-/* The caller: claim parts of generation gen from the front until none is
- * left; returns how many it ran. */
-static int caller_parts(uint32_t gen)
-{
-    int ran = 0;
-    uint64_t t = atomic_load(&g_ticket);
-    while (T_GEN(t) == gen && T_FRONT(t) < T_BACK(t)) {
-        if (atomic_compare_exchange_weak(&g_ticket, &t, t + (1u << 16))) {
-            run_part(T_FRONT(t));
-            ran++;
-            t = atomic_load(&g_ticket);
-        }
-    }
-    return ran;
 }
 
 /* A worker: claim parts of generation gen from the back until none is
@@ -256,8 +266,10 @@ static void atfork_child(void)
     atomic_store(&g_workers, 0);
     atomic_store(&g_sleepers, 0);
     g_burst = 0;
-    g_backoff_until = 0;
-    g_backoff_ns = ROPE_BACKOFF_MIN_NS;
+    for (int k = HOT; k <= WAKE; k++) {
+        g_backoff[k].until = 0;
+        g_backoff[k].ns = ROPE_BACKOFF_MIN_NS;
+    }
     pthread_mutex_unlock(&g_busy);
 }
 
@@ -285,10 +297,10 @@ static void grow_pool(int want, uint32_t gen)
     }
 }
 
-void rope_threads_set_rule(int64_t hot_bytes, int64_t cold_bytes, int feedback)
+void rope_threads_set_rule(int64_t hot_bytes, int64_t wake_ns, int feedback)
 {
     atomic_store(&g_hot_bytes, hot_bytes < 0 ? ROPE_HOT_BYTES : hot_bytes);
-    atomic_store(&g_cold_bytes, cold_bytes < 0 ? ROPE_COLD_BYTES : cold_bytes);
+    atomic_store(&g_wake_ns, wake_ns < 0 ? ROPE_WAKE_NS : wake_ns);
     atomic_store(&g_feedback, feedback != 0);
 }
 
@@ -314,11 +326,31 @@ static int threads_by_size(int64_t bytes, int64_t n_items, int n_threads)
     return n < 1 ? 1 : (int)n;
 }
 
-/* Run fn over n_items on the caller and n - 1 workers (g_busy held; wake:
- * wake sleeping workers). Returns whether the split saved time: the
- * workers' parts at the caller's own pace per part, against what the caller
- * spent publishing and waiting for them. */
-static int run_split(rope_task_fn fn, void *ctx, int64_t n_items, int n, int wake, uint32_t gen)
+/* Wake the sleeping workers, starting up to `want` first (g_busy held). */
+static void wake_workers(int want, uint32_t gen)
+{
+    pthread_once(&g_once, install_atfork);
+    grow_pool(want, gen - 1);
+    if (atomic_load(&g_sleepers) > 0) {
+        /* Through g_mu: a worker between its check and its wait sees the
+         * new ticket or gets the broadcast. */
+        pthread_mutex_lock(&g_mu);
+        pthread_mutex_unlock(&g_mu);
+        pthread_cond_broadcast(&g_cv);
+        g_stats[ROPE_STAT_WAKES]++;
+    }
+}
+
+/* Publish fn over n_items as parts for n threads (g_busy held) and run them
+ * from the front, waking the pool first if wake_ns is 0, or after the first
+ * part if the rest would take wake_ns or more at that pace (wake_ns < 0:
+ * never). *kind: HOT if only awake workers could help, WAKE if the call woke
+ * the pool, -1 if no worker could help (the caller then ran the rest at
+ * once). Returns whether the split saved time: the workers' parts at the
+ * caller's own pace per part, against what the caller spent publishing,
+ * waking and waiting for them. */
+static int run_job(rope_task_fn fn, void *ctx, int64_t n_items, int n, int64_t wake_ns,
+                   uint32_t gen, int *kind)
 {
     int64_t parts = (int64_t)n * ROPE_CHUNKS_PER_THREAD;
     if (parts > n_items)
@@ -332,16 +364,39 @@ static int run_split(rope_task_fn fn, void *ctx, int64_t n_items, int n, int wak
     atomic_store_explicit(&g_caller_cpu, sched_getcpu(), memory_order_relaxed);
 #endif
     atomic_store(&g_ticket, ((uint64_t)gen << 32) | (uint64_t)parts);
-    if (wake && atomic_load(&g_sleepers) > 0) {
-        /* Through g_mu: a worker between its check and its wait sees the
-         * new ticket or gets the broadcast. */
-        pthread_mutex_lock(&g_mu);
-        pthread_mutex_unlock(&g_mu);
-        pthread_cond_broadcast(&g_cv);
-        g_stats[ROPE_STAT_WAKES]++;
+    *kind = atomic_load(&g_workers) > atomic_load(&g_sleepers) ? HOT : -1;
+    if (wake_ns == 0) {
+        wake_workers(n - 1, gen);
+        *kind = WAKE;
     }
     const int64_t t1 = now_ns();
-    const int own = caller_parts(gen);
+    int64_t waking = t1 - t0, mid_wake = 0;
+    int own = 0;
+    uint64_t t = atomic_load(&g_ticket);
+    while (T_GEN(t) == gen && T_FRONT(t) < T_BACK(t)) {
+        if (!atomic_compare_exchange_weak(&g_ticket, &t, t + (1u << 16)))
+            continue;
+        run_part(T_FRONT(t));
+        t = atomic_load(&g_ticket);
+        if (++own > 1 || *kind == WAKE || T_FRONT(t) >= T_BACK(t))
+            continue;
+        /* After the first part: is the rest worth a wake-up? */
+        const int64_t b = now_ns();
+        if (wake_ns > 0 && (b - t1) * (T_BACK(t) - T_FRONT(t)) >= wake_ns &&
+            (atomic_load(&g_sleepers) > 0 || atomic_load(&g_workers) < n - 1)) {
+            wake_workers(n - 1, gen);
+            *kind = WAKE;
+            mid_wake = now_ns() - b;
+        } else if (*kind < 0) {
+            /* Nobody is coming: the rest in one range, one claim. */
+            const uint64_t all = (t & ~((uint64_t)0xFFFF << 16)) | (uint64_t)T_BACK(t) << 16;
+            if (atomic_compare_exchange_strong(&g_ticket, &t, all)) {
+                fn(ctx, (int64_t)((__int128)n_items * T_FRONT(t) / parts),
+                   (int64_t)((__int128)n_items * T_BACK(t) / parts));
+                break;
+            }
+        }
+    }
     const int64_t t2 = now_ns();
     /* Every part is claimed; wait for the workers still running theirs
      * (yielding soon: a worker preempted on this CPU needs it back). */
@@ -352,18 +407,34 @@ static int run_split(rope_task_fn fn, void *ctx, int64_t n_items, int n, int wak
             sched_yield();
     }
     const int64_t t3 = now_ns();
+    if (*kind < 0)
+        return 1;
     g_stats[ROPE_STAT_SPLIT]++;
     g_stats[ROPE_STAT_WORKER_PARTS] += parts - own;
     if (own == 0)
         return 0; /* the caller was kept from its parts: no gain to count on */
-    return (double)(t2 - t1) / own * (double)(parts - own) > (double)(t1 - t0 + t3 - t2);
+    const double pace = (double)(t2 - t1 - mid_wake) / own; /* the caller's, per part */
+    return pace * (double)(parts - own) > (double)(waking + mid_wake + t3 - t2);
+}
+
+/* A split of kind k saved time or not: back off from that kind, longer
+ * after each loss in a row. */
+static void judge(int k, int saved, int64_t end)
+{
+    if (saved) {
+        g_backoff[k].ns = ROPE_BACKOFF_MIN_NS;
+        return;
+    }
+    g_backoff[k].until = end + g_backoff[k].ns;
+    g_backoff[k].ns = g_backoff[k].ns * 2 > ROPE_BACKOFF_MAX_NS ? ROPE_BACKOFF_MAX_NS : g_backoff[k].ns * 2;
+    g_stats[ROPE_STAT_LOSSES]++;
 }
 
 void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int64_t bytes, int n_threads)
 {
     if (n_items <= 0)
         return;
-    int n = threads_by_size(bytes, n_items, n_threads);
+    const int n = threads_by_size(bytes, n_items, n_threads);
     if (n <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
         /* Alone: one range, the same elements in the same order per token. */
         fn(ctx, 0, n_items);
@@ -373,40 +444,25 @@ void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int64_t byte
     g_stats[ROPE_STAT_CALLS]++;
     g_burst = start - g_last_end < ROPE_SPIN_NS ? g_burst + 1 : 0;
     const int feedback = atomic_load_explicit(&g_feedback, memory_order_relaxed);
-    const int wake = bytes >= atomic_load_explicit(&g_cold_bytes, memory_order_relaxed) ||
-                     g_burst >= ROPE_BURST_CALLS;
-    const uint32_t gen = T_GEN(atomic_load(&g_ticket)) + 1;
-    if (feedback && start < g_backoff_until) {
-        n = 1;
+    int64_t wake_ns = atomic_load_explicit(&g_wake_ns, memory_order_relaxed);
+    if (g_burst >= ROPE_BURST_CALLS)
+        wake_ns = 0;
+    if (feedback && start < g_backoff[HOT].until) {
         g_stats[ROPE_STAT_BACKED_OFF]++;
-    }
-    int grew = 0;
-    if (n > 1 && wake) {
-        pthread_once(&g_once, install_atfork);
-        const int before = atomic_load(&g_workers);
-        grow_pool(n - 1, gen - 1);
-        grew = atomic_load(&g_workers) != before;
-    }
-    const int awake = atomic_load(&g_workers) - (wake ? 0 : atomic_load(&g_sleepers));
-    if (n > 1 + awake)
-        n = 1 + awake;
-    if (n <= 1) {
         fn(ctx, 0, n_items);
         g_last_end = now_ns();
-    } else {
-        const int saved = run_split(fn, ctx, n_items, n, wake, gen);
-        g_last_end = now_ns();
-        if (saved || grew) { /* a new thread's start is no measure of a split */
-            g_backoff_ns = ROPE_BACKOFF_MIN_NS;
-        } else {
-            /* The split cost more than it saved (the other CPU is busy, a
-             * worker was slow to come or was placed beside the caller):
-             * run alone for a while, longer after each loss in a row. */
-            g_backoff_until = g_last_end + g_backoff_ns;
-            g_backoff_ns = g_backoff_ns * 2 > ROPE_BACKOFF_MAX_NS ? ROPE_BACKOFF_MAX_NS : g_backoff_ns * 2;
-            g_stats[ROPE_STAT_LOSSES]++;
-        }
+        pthread_mutex_unlock(&g_busy);
+        return;
     }
+    if (feedback && start < g_backoff[WAKE].until) {
+        wake_ns = -1; /* split only among workers that are awake */
+        g_stats[ROPE_STAT_BACKED_OFF]++;
+    }
+    const int before = atomic_load(&g_workers);
+    int kind;
+    const int saved = run_job(fn, ctx, n_items, n, wake_ns, T_GEN(atomic_load(&g_ticket)) + 1, &kind);
+    g_last_end = now_ns();
+    if (kind >= 0 && atomic_load(&g_workers) == before) /* a new thread's start is no measure */
+        judge(kind, saved, g_last_end);
     pthread_mutex_unlock(&g_busy);
 }
-

@@ -7,9 +7,10 @@
  * over two and four (the size rule switched off, so every call is split and
  * wakes the pool; some parts must have run on a worker). Then the split
  * rule itself (threads.c), through the pool's counters: calls below the size
- * rule never reach the pool, spaced calls below the wake-up size never wake
- * it, a call of that size or a run of back-to-back calls does split, and the
- * pool burns no CPU time once idle. Then four application threads make the
+ * rule never reach the pool, spaced calls with less work left after their
+ * first part than the wake-up threshold never wake it, a call with more does
+ * split, so does a run of back-to-back calls, and the pool burns no CPU time
+ * once idle. Then four application threads make the
  * same calls at the same time -- a single-tensor rotation (each call
  * spreading its work over the library's thread pool when it can have it), q
  * and k rotated in place in one call, sectioned positions (from a table and
@@ -210,13 +211,11 @@ static int rotate_in_place(float *x, int64_t seq, int n_threads)
 static int check_rule(void)
 {
     int bad = 0;
-    /* 32 MiB of traffic (the wake-up size) and 512 KiB (below the size
-     * rule of one thread per MiB) */
-    const int64_t big_seq = 8192, small_seq = 64;
-    float *x = calloc((size_t)big_seq * HEADS * DIM, sizeof(float));
+    const int64_t small_seq = 32; /* 256 KiB of traffic: below one thread per 512 KiB */
+    float *x = calloc((size_t)SEQ * HEADS * DIM, sizeof(float)); /* SEQ: 4 MiB of traffic */
     if (!x)
         return 1;
-    rope_threads_set_rule(-1, -1, 0); /* the default sizes, without the back-off */
+    rope_threads_set_rule(-1, -1, 0); /* the default rule, without the back-off */
     int64_t before = stat_now(ROPE_STAT_CALLS);
     for (int i = 0; i < 20; i++)
         bad += rotate_in_place(x, small_seq, 4) != ROPE_OK;
@@ -224,22 +223,25 @@ static int check_rule(void)
         fprintf(stderr, "threads_race: a call below the size rule reached the pool\n");
         bad++;
     }
+    rope_threads_set_rule(-1, 1000000000, 0); /* wake for 1 s of work left: never here */
     before = stat_now(ROPE_STAT_WAKES);
-    for (int i = 0; i < 10; i++) { /* 4 MiB of traffic, 1 ms apart */
+    for (int i = 0; i < 10; i++) { /* 1 ms apart: no run of back-to-back calls */
         sleep_s(1e-3);
         bad += rotate_in_place(x, SEQ, 2) != ROPE_OK;
     }
     if (stat_now(ROPE_STAT_WAKES) != before) {
-        fprintf(stderr, "threads_race: spaced calls below the wake-up size woke the pool\n");
+        fprintf(stderr, "threads_race: spaced calls with little work left woke the pool\n");
         bad++;
     }
+    rope_threads_set_rule(-1, 1, 0); /* wake for any work left after the first part */
     sleep_s(1e-3);
     before = stat_now(ROPE_STAT_SPLIT);
-    bad += rotate_in_place(x, big_seq, 2) != ROPE_OK;
+    bad += rotate_in_place(x, SEQ, 2) != ROPE_OK;
     if (stat_now(ROPE_STAT_SPLIT) != before + 1) {
-        fprintf(stderr, "threads_race: a call of the wake-up size after an idle gap was not split\n");
+        fprintf(stderr, "threads_race: a call with work left after its first part was not split\n");
         bad++;
     }
+    rope_threads_set_rule(-1, 1000000000, 0);
     sleep_s(1e-3);
     before = stat_now(ROPE_STAT_SPLIT);
     for (int i = 0; i < 50; i++) /* back to back */
