@@ -149,6 +149,9 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
  * such calls in a row started soon after the one before. */
 static int64_t g_last_end;
 static int g_burst;
+/* Guarded by g_busy: the caller's pace, ns per KiB of traffic, in the last
+ * split-sized call it ran without help. */
+static int64_t g_pace;
 /* Guarded by g_busy: after a split that did not pay, splits of its kind are
  * not tried before `until`; `ns` is the next back-off. HOT: splits among
  * awake workers (a loss stops every split: the other CPU is busy); WAKE:
@@ -266,6 +269,7 @@ static void atfork_child(void)
     atomic_store(&g_workers, 0);
     atomic_store(&g_sleepers, 0);
     g_burst = 0;
+    g_pace = 0;
     for (int k = HOT; k <= WAKE; k++) {
         g_backoff[k].until = 0;
         g_backoff[k].ns = ROPE_BACKOFF_MIN_NS;
@@ -459,10 +463,19 @@ void rope_parallel_for(rope_task_fn fn, void *ctx, int64_t n_items, int64_t byte
         g_stats[ROPE_STAT_BACKED_OFF]++;
     }
     const int before = atomic_load(&g_workers);
-    int kind;
-    const int saved = run_job(fn, ctx, n_items, n, wake_ns, T_GEN(atomic_load(&g_ticket)) + 1, &kind);
+    int kind = -1, saved = 0;
+    if (wake_ns != 0 && before == atomic_load(&g_sleepers) &&
+        (wake_ns < 0 || g_pace < wake_ns / 4 / ((bytes >> 10) + 1))) {
+        /* No worker awake, and at the last pace this call will not leave
+         * enough work for a wake-up: alone, without publishing it. */
+        fn(ctx, 0, n_items);
+    } else {
+        saved = run_job(fn, ctx, n_items, n, wake_ns, T_GEN(atomic_load(&g_ticket)) + 1, &kind);
+    }
     g_last_end = now_ns();
-    if (kind >= 0 && atomic_load(&g_workers) == before) /* a new thread's start is no measure */
+    if (kind < 0)
+        g_pace = (g_last_end - start) / ((bytes >> 10) + 1);
+    else if (atomic_load(&g_workers) == before) /* a new thread's start is no measure */
         judge(kind, saved, g_last_end);
     pthread_mutex_unlock(&g_busy);
 }
