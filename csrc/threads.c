@@ -19,8 +19,10 @@
  * when the work left after the caller's first part, at the caller's pace,
  * is ROPE_WAKE_NS or more, or at the ROPE_BURST_CALLS+1-th split-sized call
  * in a row that starts within ROPE_SPIN_NS of the previous one's end (one
- * wake-up, then the worker is found spinning); splits that do not pay make
- * the pool back off. Measured on the 2-vCPU KVM guest this was developed on
+ * wake-up, then the worker is found spinning); with no worker awake, a call
+ * that at the caller's last pace cannot leave that much work is not even
+ * published (the check then costs 0.4-0.8% of a 1-2 MiB call instead of
+ * 1.4-2.8%); splits that do not pay make the pool back off. Measured on the 2-vCPU KVM guest this was developed on
  * (AMD EPYC, CPUID family 25 model 17), shared with other jobs; ratios are
  * two threads / one, medians of interleaved repetitions;
  * tests/c/thread_split.c prints them for any machine.
