@@ -143,7 +143,6 @@ int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
                    {kern->table_f32, kern->table_f64, wide}, half, (int64_t)esize};
     /* Traffic: every element read once and written once. */
     const int64_t bytes = sat_product(n_tokens, heads_total, op->head_dim, 2 * j.elem);
-    rope_parallel_for(rotate_range, (void *)&j, n_tokens,
-                      rope_threads_for(bytes, n_tokens, op->n_threads));
+    rope_parallel_for(rotate_range, (void *)&j, n_tokens, bytes, op->n_threads);
     return ROPE_OK;
 }

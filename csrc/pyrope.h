@@ -130,9 +130,11 @@ int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
  * [n_batch][n_seq]; each head holds head_dim elements of storage type dtype,
  * of which the first rotary_dim rotate in pairs of the given layout.
  * inverse != 0 rotates by minus the angle. n_threads is the most threads to
- * use (<= 1: the calling thread only); a call gets one thread per MiB of
- * traffic (bytes read + written), so small calls stay on the calling thread,
- * and results never depend on the thread count. */
+ * use (<= 1: the calling thread only); a call gets at most one thread per
+ * 512 KiB of traffic (bytes read + written), and sleeping pool threads are
+ * woken only for large calls or runs of back-to-back calls
+ * (docs/ARCHITECTURE.md, "Threads"), so small and isolated calls stay on the
+ * calling thread; results never depend on the thread count. */
 typedef struct {
     int dtype;
     int layout;

@@ -33,6 +33,6 @@ int rope_bandwidth_pass(void *data, int64_t n_bytes, uint32_t xor_mask, int n_th
         return ROPE_E_NULL;
     pass_job j = {(unsigned char *)data, n_bytes, xor_mask, rope_active_kernels()->pass};
     const int64_t words = n_bytes / 4 > 0 ? n_bytes / 4 : 1;
-    rope_parallel_for(pass_range, &j, words, rope_threads_for(2 * n_bytes, words, n_threads));
+    rope_parallel_for(pass_range, &j, words, 2 * n_bytes, n_threads);
     return ROPE_OK;
 }

@@ -1,11 +1,13 @@
 """The thread pool (csrc/threads.c) and Python threads: the thread count,
-its setting and environment variable, the bandwidth pass, fork, and many
-Python threads calling at once (the GIL is released in C). None may change a
-single bit."""
+its setting and environment variable, the bandwidth pass, fork, many Python
+threads calling at once (the GIL is released in C), the split rule and an
+idle pool's CPU time. None may change a single bit."""
 import os
+import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -33,8 +35,10 @@ def threads():
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("layout", ["interleaved", "split_half"])
 def test_thread_counts_are_bit_identical(isa, threads, dtype, layout, rng):
-    # Large enough (>= 1 MiB of traffic per thread, even for 16-bit types) that
-    # 2..4 threads really split the call; 4 * 509 tokens do not split evenly.
+    # Large enough (>= 1 MiB of traffic per thread, even for 16-bit types) for
+    # the size rule to give 2..4 threads; whether a call is split also depends
+    # on the pool's state (threads.c), so test_split_calls_in_c forces splits.
+    # 4 * 509 tokens do not split evenly.
     rope = Rope(64, layout=layout, rotary_dim=56)
     x = rng.standard_normal((4, 509, 8, 64)).astype(dtype)
     k = rng.standard_normal((4, 509, 2, 64)).astype(dtype)
@@ -156,3 +160,40 @@ def test_threads_match_serial(rng):
     for got, want in zip(results, serial):
         for a, b in zip(got, want):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_split_calls_in_c(tmp_path):
+    # tests/c/threads_race.c without the sanitizer (`make tsan` runs it with
+    # it): every instruction set with every call split over 2 and 4 threads
+    # (parts run on workers) bit-identical to the scalar kernels on one, the
+    # split rule through the pool's counters, idle CPU time, concurrent calls.
+    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    assert cc, "a C compiler is needed to build tests/c/threads_race.c"
+    exe = tmp_path / "threads_race"
+    csrc = os.path.join(ROOT, "csrc")
+    sources = [os.path.join(ROOT, "tests", "c", "threads_race.c")]
+    sources += sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".c"))
+    build = subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
+                            "-pthread", "-I", csrc, *sources, "-lm", "-o", str(exe)],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_idle_pool_burns_no_cpu(threads, rng):
+    # After a burst of calls large enough to split, the workers spin briefly
+    # and then sleep: the process uses (almost) no CPU time while idle.
+    pyrope.set_num_threads(2)
+    rope = Rope(128, layout="split_half")
+    x = rng.standard_normal((1, 2048, 32, 128)).astype(np.float32)  # 64 MiB of traffic
+    for _ in range(20):
+        rope.apply(x, offset=3, out=x)
+    time.sleep(0.05)
+    c0, t0 = time.process_time(), time.monotonic()
+    time.sleep(0.5)
+    used, wall = time.process_time() - c0, time.monotonic() - t0
+    assert used < 0.05, f"{used * 1e3:.1f} ms of CPU time in {wall * 1e3:.0f} ms idle"

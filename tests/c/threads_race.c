@@ -1,20 +1,29 @@
-/* ThreadSanitizer driver for the C core (`make tsan`).
+/* ThreadSanitizer driver for the C core (`make tsan`); the test suite also
+ * runs it without the sanitizer (tests/test_thread_pool.py).
  *
  * First, serially: the scalar kernels (registry entry 0) compute every
  * reference result on one thread, and each other supported instruction set
- * of the registry must reproduce them bit for bit, on one thread and on
- * several. Then four application threads make the same calls at the same
- * time -- a single-tensor rotation (each call spreading its work over the
- * library's thread pool when it can have it), q and k rotated in place in
- * one call, sectioned positions (from a table and on the fly), and table
- * builds -- while a fifth keeps cycling through every supported instruction
- * set; every result must still equal the reference. Built with
- * -fsanitize=thread, any data race in the pool, the dispatch choice or the
- * kernels is reported and fails the run. Exit 0: no race, identical results.
+ * of the registry must reproduce them bit for bit, on one thread and split
+ * over two and four (the size rule switched off, so every call is split and
+ * wakes the pool; some parts must have run on a worker). Then the split
+ * rule itself (threads.c), through the pool's counters: calls below the size
+ * rule never reach the pool, spaced calls with less work left after their
+ * first part than the wake-up threshold never wake it, a call with more does
+ * split, so does a run of back-to-back calls, and the pool burns no CPU time
+ * once idle. Then four application threads make the
+ * same calls at the same time -- a single-tensor rotation (each call
+ * spreading its work over the library's thread pool when it can have it), q
+ * and k rotated in place in one call, sectioned positions (from a table and
+ * on the fly), and table builds -- while a fifth keeps cycling through every
+ * supported instruction set and switching the split rule on and off; every
+ * result must still equal the reference. Built with -fsanitize=thread, any
+ * data race in the pool, the dispatch choice or the kernels is reported and
+ * fails the run. Exit 0: no race, identical results, the rule as described.
  *
  * The instruction sets come from the registry (rope_isa_count,
  * rope_isa_supported), so a new one is exercised without an edit here.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, nanosleep */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -22,8 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "pyrope.h"
+#include "kernels.h"
 
 #define SEQ 512
 #define HEADS 8
@@ -146,14 +156,112 @@ static void *worker(void *arg)
     return (void *)(intptr_t)bad;
 }
 
-/* Cycle through every supported instruction set until told to stop. */
+/* Cycle through every supported instruction set, and switch the size rule
+ * off and on, until told to stop. */
 static void *isa_switcher(void *arg)
 {
     long *switches = arg;
-    for (int isa = 0; !atomic_load(&stop); isa = (isa + 1) % rope_isa_count())
+    for (int isa = 0; !atomic_load(&stop); isa = (isa + 1) % rope_isa_count()) {
         if (rope_isa_supported(isa) && rope_set_isa(isa) == ROPE_OK)
             ++*switches;
+        if (isa == 0)
+            rope_threads_set_rule(*switches % 2 ? 0 : -1, *switches % 2 ? 0 : -1, 1);
+    }
+    rope_threads_set_rule(-1, -1, 1);
     return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s)
+{
+    const struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&t, NULL);
+}
+
+static int64_t stat_now(int which)
+{
+    int64_t s[ROPE_THREAD_STATS];
+    rope_threads_stats(s);
+    return s[which];
+}
+
+/* An in-place rotation of x, seq tokens of HEADS heads, on up to n_threads. */
+static int rotate_in_place(float *x, int64_t seq, int n_threads)
+{
+    const rope_op op = {ROPE_F32, ROPE_SPLIT_HALF, 0, 1, seq, DIM, DIM, n_threads};
+    const rope_tensor t = {x, x, HEADS, {seq * HEADS * DIM, HEADS * DIM, DIM}, {seq * HEADS * DIM, HEADS * DIM, DIM}};
+    const rope_angles a = {.source = ROPE_POS_OFFSET, .offset = OFFSET, .inv_freq = inv_freq, .scale = 1.0};
+    return rope_rotate(&op, &t, 1, &a);
+}
+
+/* The split rule, through the pool's counters; the number of failures. */
+static int check_rule(void)
+{
+    int bad = 0;
+    const int64_t small_seq = 32; /* 256 KiB of traffic: below one thread per 512 KiB */
+    float *x = calloc((size_t)SEQ * HEADS * DIM, sizeof(float)); /* SEQ: 4 MiB of traffic */
+    if (!x)
+        return 1;
+    rope_threads_set_rule(-1, -1, 0); /* the default rule, without the back-off */
+    int64_t before = stat_now(ROPE_STAT_CALLS);
+    for (int i = 0; i < 20; i++)
+        bad += rotate_in_place(x, small_seq, 4) != ROPE_OK;
+    if (stat_now(ROPE_STAT_CALLS) != before) {
+        fprintf(stderr, "threads_race: a call below the size rule reached the pool\n");
+        bad++;
+    }
+    rope_threads_set_rule(-1, 1000000000, 0); /* wake for 1 s of work left: never here */
+    before = stat_now(ROPE_STAT_WAKES);
+    for (int i = 0; i < 10; i++) { /* 1 ms apart: no run of back-to-back calls */
+        sleep_s(1e-3);
+        bad += rotate_in_place(x, SEQ, 2) != ROPE_OK;
+    }
+    if (stat_now(ROPE_STAT_WAKES) != before) {
+        fprintf(stderr, "threads_race: spaced calls with little work left woke the pool\n");
+        bad++;
+    }
+    rope_threads_set_rule(-1, 1, 0); /* wake for any work left after the first part */
+    sleep_s(1e-3);
+    before = stat_now(ROPE_STAT_SPLIT);
+    bad += rotate_in_place(x, SEQ, 2) != ROPE_OK;
+    if (stat_now(ROPE_STAT_SPLIT) != before + 1) {
+        fprintf(stderr, "threads_race: a call with work left after its first part was not split\n");
+        bad++;
+    }
+    rope_threads_set_rule(-1, 1000000000, 0);
+    sleep_s(1e-3);
+    before = stat_now(ROPE_STAT_SPLIT);
+    for (int i = 0; i < 50; i++) /* back to back */
+        bad += rotate_in_place(x, SEQ, 2) != ROPE_OK;
+    if (stat_now(ROPE_STAT_SPLIT) == before) {
+        fprintf(stderr, "threads_race: 50 back-to-back calls of 4 MiB were never split\n");
+        bad++;
+    }
+    /* idle: the workers spin briefly after a job, then sleep */
+    sleep_s(0.01);
+    const double c0 = cpu_s(), t0 = now_s();
+    sleep_s(0.2);
+    const double used = cpu_s() - c0, wall = now_s() - t0;
+    if (used > 0.02) {
+        fprintf(stderr, "threads_race: %.1f ms of CPU time in %.0f ms idle\n", used * 1e3, wall * 1e3);
+        bad++;
+    }
+    rope_threads_set_rule(-1, -1, 1);
+    free(x);
+    return bad;
 }
 
 int main(void)
@@ -195,8 +303,10 @@ int main(void)
         return 2;
     }
 
-    /* Every supported instruction set, serially, against the scalar results. */
+    /* Every supported instruction set, serially, against the scalar results,
+     * every call split. */
     long bad = 0;
+    rope_threads_set_rule(0, 0, 0);
     results r;
     if (!alloc_results(&r))
         return 2;
@@ -208,7 +318,7 @@ int main(void)
         if (rope_set_isa(isa) != ROPE_OK || rope_get_isa() != isa)
             return 2;
         for (int c = 0; c < N_CALLS; c++)
-            for (int threads = 1; threads <= 4; threads += 3)
+            for (int threads = 1; threads <= 4; threads *= 2)
                 if (run_call(c, &r, threads) != ROPE_OK || !same(c, &r, &want[c])) {
                     fprintf(stderr, "\nthreads_race: %s on %s with %d threads differs from scalar\n",
                             CALL_NAME[c], rope_isa_name(isa), threads);
@@ -216,7 +326,22 @@ int main(void)
                 }
     }
     printf("\n");
+    /* Until a worker has run parts (a loaded machine may keep it off a CPU
+     * for a while), for at most 10 s. */
+    for (const double t0 = now_s(); stat_now(ROPE_STAT_WORKER_PARTS) == 0 && now_s() - t0 < 10;)
+        if (run_call(C_ROTATE, &r, 2) != ROPE_OK || !same(C_ROTATE, &r, &want[C_ROTATE]))
+            bad++;
+    int64_t st[ROPE_THREAD_STATS];
+    rope_threads_stats(st);
+    printf("threads_race: %ld split calls, %ld parts run by workers\n", (long)st[ROPE_STAT_SPLIT],
+           (long)st[ROPE_STAT_WORKER_PARTS]);
+    if (st[ROPE_STAT_WORKER_PARTS] == 0) {
+        fprintf(stderr, "threads_race: no part ever ran on a worker\n");
+        bad++;
+    }
+    rope_threads_set_rule(-1, -1, 1);
     free_results(&r);
+    bad += check_rule();
 
     /* The same calls concurrently, while the instruction set keeps changing. */
     long switches = 0;
