@@ -341,6 +341,13 @@ def write_json(path, rows, machine):
         f.write("\n ]\n}\n")
 
 
+def as_saved(rows, machine):
+    """(rows, machine) with floats to 5 significant digits, as write_json saves
+    them: a fresh run prints from these, so ``--load`` of its file prints the
+    same tables (an IQR bound on a rounding edge would otherwise differ)."""
+    return _rounded(rows), _rounded(machine)
+
+
 def _rounded(value):
     if isinstance(value, float):
         return float(f"{value:.5g}")

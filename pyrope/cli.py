@@ -280,7 +280,7 @@ def cmd_bench(args):
             raise UsageError("--load prints a saved run: pass only --plot and --note with it")
         rows, machine = report.read_json(args.load)
     else:
-        rows, machine = _bench_run(args)
+        rows, machine = report.as_saved(*_bench_run(args))
     print(report.markdown(rows, machine))
     if args.json:
         report.write_json(args.json, rows, machine)
