@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 clean
+.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -106,3 +106,17 @@ check-aarch64:
 	test "$$(qemu-aarch64 -cpu max build/kernels_identical_aarch64 --isas | tr '\n' ' ')" = "scalar neon neonbf16 " || \
 	  (echo "qemu's max CPU: expected the entries scalar, neon and neonbf16"; exit 1)
 	qemu-aarch64 -cpu max build/kernels_identical_aarch64
+
+# The dispatch on x86-64 CPUs older than this one, under qemu-user's CPU
+# models (their CPUID): a Haswell (AVX2, no AVX-512) must offer scalar and
+# avx2 only and its kernels must match the scalar ones; a Nehalem (no AVX)
+# must offer scalar only. The same binary runs on any x86-64: no -march.
+check-x86-baselines:
+	command -v qemu-x86_64 >/dev/null || (apt-get update -qq && apt-get install -y -qq qemu-user)
+	mkdir -p build
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
+	test "$$(qemu-x86_64 -cpu Haswell build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar avx2 " || \
+	  (echo "Haswell: expected the entries scalar and avx2 only"; exit 1)
+	test "$$(qemu-x86_64 -cpu Nehalem build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar " || \
+	  (echo "Nehalem: expected the entry scalar only"; exit 1)
+	qemu-x86_64 -cpu Haswell build/kernels_identical 2>/dev/null
