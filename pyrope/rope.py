@@ -655,6 +655,8 @@ def _launch(rope, call, sources, results, positions, offset, where):
     try:
         if positions is None and call.n_tensors == 1:
             status = call.run_direct(sources[0], results[0], window.angles, offset)
+        elif positions is None and call.n_tensors == 2:
+            status = call.run_direct2(sources[0], results[0], sources[1], results[1], window.angles, offset)
         else:
             status = call.run_direct_n(sources, results, window.angles, offset, positions, strides)
     except builtins.ValueError:  # an output that is read-only: the general path names it
@@ -765,21 +767,9 @@ class _PreparedApply(PreparedRotation):
             result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
         else:
             result = _plan.fresh_result(x) if mode is _FRESH else out
-        rope, call = self._rope, self._call
+        rope = self._rope
         if result is x or mode is _FRESH or not _may_share(x, result):
-            if positions is None:
-                tables = rope._tables64 if call.wide else rope._tables
-                window = None if tables is None else tables.window
-                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
-                    try:
-                        status = call.run_direct(x, result, window.angles, offset)
-                    except builtins.ValueError:  # a read-only output: the general path names it
-                        status = -1
-                    if not status:
-                        return result
-                    if status > 0 and status not in _FALL_BACK:
-                        _kernel.raise_for_status(status, "prepared rotation")
-            elif _launch(rope, call, (x,), (result,), positions, offset, "prepared rotation"):
+            if _launch(rope, self._call, (x,), (result,), positions, offset, "prepared rotation"):
                 return result
         return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
 
@@ -806,22 +796,10 @@ class _PreparedApplyQK(PreparedRotation):
         else:
             q_out, k_out = _out_pair(out)
             results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
-        rope, call = self._rope, self._call
+        rope = self._rope
         if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
                 or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
                 or (qo is not q and ko is not k and _may_share(qo, ko))):
-            if positions is None:
-                tables = rope._tables64 if call.wide else rope._tables
-                window = None if tables is None else tables.window
-                if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
-                    try:
-                        status = call.run_direct2(q, qo, k, ko, window.angles, offset)
-                    except builtins.ValueError:  # a read-only output: the general path names it
-                        status = -1
-                    if not status:
-                        return results
-                    if status > 0 and status not in _FALL_BACK:
-                        _kernel.raise_for_status(status, "prepared rotation")
-            elif _launch(rope, call, (q, k), results, positions, offset, "prepared rotation"):
+            if _launch(rope, self._call, (q, k), results, positions, offset, "prepared rotation"):
                 return results
         return _general_qk(rope, q, k, positions, offset, self._seq_axis, results, "auto")
