@@ -24,25 +24,66 @@ def _flag(name, value, allowed):
     return value
 
 
+def _onnx_types():
+    """The op's types T that this build serves: float32, float16, and bfloat16
+    when ml_dtypes is installed (the kernel's storage types)."""
+    return tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), _kernel.BFLOAT16)
+                 if d is not None and d in _kernel.DTYPE_CODES)
+
+
+_TYPES = _onnx_types()
+_TYPE_NAMES = ", ".join(f"{d.name} (ml_dtypes)" if d == _kernel.BFLOAT16 else d.name for d in _TYPES)
+
+
+def _input_array(value):
+    """``input`` as an ndarray of one of the op's types T (float64 is not one)."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64:
+        raise TypeError(f"input must have dtype {_TYPE_NAMES} (ONNX RotaryEmbedding's types T), got float64: "
+                        f"cast it to float32, or rotate float64 with Rope.apply")
+    return as_float_array("input", value, _TYPES, accepted=_TYPE_NAMES)
+
+
+def _cache_array(name, value, dtype):
+    """A cache of the input's type ``dtype``: the op has one type T for all three."""
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(value).__name__}")
+    if value.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype.name} (native byte order) like input (ONNX "
+                        f"RotaryEmbedding has one type T for input, cos_cache and sin_cache), got "
+                        f"{value.dtype.str} ({value.dtype})")
+    return value
+
+
 def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, interleaved=0,
                           rotary_embedding_dim=0, num_heads=0):
-    """ONNX ``RotaryEmbedding`` (opset 23), exactly; returns a new float32 array.
+    """ONNX ``RotaryEmbedding`` (opset 23); returns a new array of the input's type.
 
     - ``input``: ``[batch, num_heads, seq, head_size]`` or ``[batch, seq, hidden]``
-      (then ``num_heads`` is required and ``head_size = hidden / num_heads``).
-    - ``cos_cache``, ``sin_cache``: float32 ``[max_pos, rotary_dim/2]`` indexed
-      by ``position_ids`` (int ``[batch, seq]``), or ``[batch, seq, rotary_dim/2]``
+      (then ``num_heads`` is required and ``head_size = hidden / num_heads``),
+      of one of the op's types T: float32, float16 or bfloat16 (an
+      ``ml_dtypes.bfloat16`` array). float64 is not one of them and is refused.
+    - ``cos_cache``, ``sin_cache``: of the input's type, ``[max_pos, rotary_dim/2]``
+      indexed by ``position_ids`` (int ``[batch, seq]``), or ``[batch, seq, rotary_dim/2]``
       when ``position_ids`` is None.
     - ``interleaved``: 0 rotates pairs ``(i, i + r/2)``, 1 pairs ``(2i, 2i+1)``.
     - ``rotary_embedding_dim``: 0 for the whole head, else the rotated prefix.
 
     Each pair becomes ``(x0*cos - x1*sin, x0*sin + x1*cos)`` with the caller's
-    tables used as given. Position ids outside ``[0, max_pos)`` raise
-    ``ValueError`` (the ONNX reference would wrap negative ones silently).
+    tables used as given, by the kernel's formula (with a Rope's own caches,
+    :func:`onnx_caches`, float32 results equal ``Rope.apply`` bit for bit).
+    float16 and bfloat16 are computed like the rest of pyrope: input and
+    caches widened exactly to float32, the rotation in float32, one rounding
+    to the input's type on store, so each result is the exact value of the
+    formula on the stored values rounded to nearest, but where that value
+    lies within float32 error of a tie (the ONNX reference op computes in T
+    and rounds three times). The input is read in its own type, never
+    copied to float32. Position ids outside ``[0, max_pos)`` raise
+    ``ValueError`` (the ONNX reference would wrap negative ones silently);
+    caches of another type than the input raise ``TypeError``.
     """
-    x = as_float_array("input", input, (np.float32,))
-    cos_cache = as_float_array("cos_cache", cos_cache, (np.float32,))
-    sin_cache = as_float_array("sin_cache", sin_cache, (np.float32,))
+    x = _input_array(input)
+    cos_cache = _cache_array("cos_cache", cos_cache, x.dtype)
+    sin_cache = _cache_array("sin_cache", sin_cache, x.dtype)
     interleaved = _flag("interleaved", interleaved, (0, 1))
     rotary_embedding_dim = as_int("rotary_embedding_dim", rotary_embedding_dim)
     num_heads = as_int("num_heads", num_heads)
@@ -92,9 +133,16 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
                              f"position_ids, got {cos_cache.shape}")
         rows = np.arange(batch * seq, dtype=np.int64).reshape(batch, seq)
         cos_t, sin_t = cos_cache.reshape(batch * seq, half), sin_cache.reshape(batch * seq, half)
+    if x.dtype != np.float32:
+        # 16-bit types rotate against float32 rows: widen (exactly) only the
+        # rows this call reads when that is fewer than the whole cache
+        if position_ids is not None and rows.size < cos_t.shape[0]:
+            cos_t, sin_t = cos_t[rows.ravel()], sin_t[rows.ravel()]
+            rows = np.arange(rows.size, dtype=np.int64).reshape(rows.shape)
+        cos_t, sin_t = cos_t.astype(np.float32), sin_t.astype(np.float32)
     # C refuses misaligned pointers: a byte-offset buffer is copied, like a strided one
     cos_t, sin_t = (np.require(t, requirements=("C", "A")) for t in (cos_t, sin_t))
-    out = np.empty(x.shape, dtype=np.float32)
+    out = np.empty(x.shape, dtype=x.dtype)
     out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
     if out.size == 0:
         return out
