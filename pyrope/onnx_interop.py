@@ -15,6 +15,7 @@ from ._checks import MAX_POSITION, as_float_array, as_int
 from .errors import TypeError, ValueError
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
+(_DUMMY_FREQ_PTR,) = _kernel.float_pointers(_DUMMY_FREQ)
 
 
 def _flag(name, value, allowed):
@@ -146,12 +147,25 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
     out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
     if out.size == 0:
         return out
-    plan = _plan.plan_rotation([("input", tok, out_tok, "output")], -3,
-                               "interleaved" if interleaved else "split_half", False, rot)
+    layout = "interleaved" if interleaved else "split_half"
+    rows = np.require(rows, np.int64, ("C", "A"))
     cos_ptr, sin_ptr = _kernel.float_pointers(cos_t, sin_t)
-    (freq_ptr,) = _kernel.float_pointers(_DUMMY_FREQ)
-    template = _kernel.angle_template(freq_ptr, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
-    plan.run(template, np.require(rows, np.int64, ("C", "A")), 0, "onnx_rotary_embedding")
+    template = _kernel.angle_template(_DUMMY_FREQ_PTR, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
+    if tok.flags.aligned:
+        # the planner's memoised Call for these shapes and strides: a repeated
+        # (decode) call is a lookup, not a plan
+        rope_key = (layout, rot, head)
+        key = _plan.direct_key((tok,), -3, False, rope_key, (out_tok,))
+        call = _plan.CALLS.get(key, _plan.UNPLANNED)
+        if call is _plan.UNPLANNED:
+            call = _plan.direct_call(key, (tok,), -3, False, rope_key, (out_tok,))
+        if call is not None:
+            status = call.run_direct_n((tok,), (out_tok,), template, 0, rows, _plan.position_strides(rows))
+            if status != _kernel.MISALIGNED:   # else C wrote nothing: the general path copies
+                _kernel.raise_for_status(status, "onnx_rotary_embedding")
+                return out
+    plan = _plan.plan_rotation([("input", tok, out_tok, "output")], -3, layout, False, rot)
+    plan.run(template, rows, 0, "onnx_rotary_embedding")
     return out
 
 

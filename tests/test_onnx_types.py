@@ -272,6 +272,25 @@ def test_strided_and_misaligned(dtype, view):
     assert_one_rounding(view_case.run(), view_case, dtype)
 
 
+@pytest.mark.parametrize("dtype", TYPES + [F32], ids=str)
+def test_repeated_shapes_read_each_calls_own_arrays(dtype):
+    """Calls of one shape share a memoised plan: each must still read its own
+    input, caches and positions (decode steps against a growing cache)."""
+    base = make_case(dtype if dtype != F32 else F16, 7)                # [2, 4, 7, 128], position ids
+    rng = np.random.default_rng(3)
+    for step in range(4):
+        x = rng.standard_normal(base.x.shape).astype(dtype)
+        cos, sin = (np.roll(t.astype(dtype), step, axis=0) for t in (base.cos, base.sin))
+        if step % 2:
+            cos, sin = -sin, cos                                           # another table, same shape
+        pos = rng.integers(0, cos.shape[0], base.pos.shape)
+        case = base.with_arrays(x=x, cos=cos, sin=sin, pos=pos)
+        if dtype == F32:
+            assert np.all(np.abs(case.run() - case.y) <= 2.0**-22 * case.mag + 1e-45)
+        else:
+            assert_one_rounding(case.run(), case, dtype)
+
+
 @pytest.mark.parametrize("dtype", TYPES, ids=str)
 def test_no_float32_copy_of_input_and_only_used_cache_rows(dtype):
     """The kernel reads T directly: a call allocates its output and the
