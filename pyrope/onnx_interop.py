@@ -25,6 +25,11 @@ def _flag(name, value, allowed):
     return value
 
 
+def _c_aligned(a):
+    """``a`` if C-contiguous and aligned, else a copy that is (np.require, without its cost)."""
+    return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
+
+
 def _onnx_types():
     """The op's types T that this build serves: float32, float16, and bfloat16
     when ml_dtypes is installed (the kernel's storage types)."""
@@ -126,7 +131,7 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
         if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= max_pos):
             bad = int(pos.min()) if int(pos.min()) < 0 else int(pos.max())
             raise ValueError(f"position_ids must lie in [0, max_pos={max_pos}) of the caches, got {bad}")
-        rows = pos.astype(np.int64)
+        rows = pos.astype(np.int64)        # a new C-contiguous array, as C reads it
         cos_t, sin_t = cos_cache, sin_cache
     else:
         if cos_cache.shape != (batch, seq, half):
@@ -142,13 +147,12 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
             rows = np.arange(rows.size, dtype=np.int64).reshape(rows.shape)
         cos_t, sin_t = cos_t.astype(np.float32), sin_t.astype(np.float32)
     # C refuses misaligned pointers: a byte-offset buffer is copied, like a strided one
-    cos_t, sin_t = (np.require(t, requirements=("C", "A")) for t in (cos_t, sin_t))
+    cos_t, sin_t = _c_aligned(cos_t), _c_aligned(sin_t)
     out = np.empty(x.shape, dtype=x.dtype)
     out_tok = np.swapaxes(out, 1, 2) if x.ndim == 4 else out.reshape(batch, seq, heads, head)
     if out.size == 0:
         return out
     layout = "interleaved" if interleaved else "split_half"
-    rows = np.require(rows, np.int64, ("C", "A"))
     cos_ptr, sin_ptr = _kernel.float_pointers(cos_t, sin_t)
     template = _kernel.angle_template(_DUMMY_FREQ_PTR, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
     if tok.flags.aligned:
