@@ -9,6 +9,11 @@
  * This header is also the cffi cdef: the builder runs it through the C
  * preprocessor with ROPE_CDEF defined (no system headers, macros expanded)
  * and keeps its numeric #define constants, so keep declarations plain C.
+ *
+ * It stands alone (C11 or C++, no other pyrope header) and is installed with
+ * the Python package: pyrope.get_include() is its directory, and the shared
+ * library libpyrope (pyrope.get_library_path()) exports these functions and
+ * nothing else: each public declaration carries ROPE_API.
  */
 #ifndef PYROPE_H
 #define PYROPE_H
@@ -17,6 +22,43 @@
 #include <stddef.h>
 #include <stdint.h>
 #endif
+
+/* Marks the library's exports: libpyrope is compiled with
+ * -fvisibility=hidden, so only declarations carrying it are visible. Empty
+ * where it means nothing (the cffi cdef, compilers without the attribute). */
+#if defined(ROPE_CDEF) || !defined(__GNUC__)
+#define ROPE_API
+#else
+#define ROPE_API __attribute__((visibility("default")))
+#endif
+
+#if defined(__cplusplus) && !defined(ROPE_CDEF)
+extern "C" {
+#endif
+
+/* ---- version ------------------------------------------------------------- */
+
+/* The version of this header, the same as the Python package's
+ * (pyrope.__version__), and the C ABI's number, ROPE_ABI_VERSION, which is
+ * the one in the library's soname (libpyrope.so.<ROPE_ABI_VERSION>). The ABI
+ * number changes when, and only when, a change breaks programs built against
+ * an earlier header: a declaration removed or changed, a struct's layout, a
+ * constant's value or meaning. A change that only adds (functions, status
+ * codes, constants, storage types appended to the list) raises the version
+ * and keeps the ABI number. So a program runs with any library of its ABI
+ * number whose rope_version() is at least the ROPE_VERSION it was built with. */
+#define ROPE_VERSION_MAJOR 0
+#define ROPE_VERSION_MINOR 1
+#define ROPE_VERSION_PATCH 0
+#define ROPE_ABI_VERSION 1
+#define ROPE_VERSION (ROPE_VERSION_MAJOR * 10000 + ROPE_VERSION_MINOR * 100 + ROPE_VERSION_PATCH)
+
+/* The library's ROPE_VERSION (major * 10000 + minor * 100 + patch), which may
+ * be newer than the header a program was built with. */
+ROPE_API int rope_version(void);
+/* The library's ROPE_ABI_VERSION (the same for every library a program can
+ * load by its soname; worth checking after dlopen). */
+ROPE_API int rope_abi_version(void);
 
 /* ---- limits: the Python package reads these, never retypes them ---------- */
 
@@ -55,7 +97,7 @@ enum {
 };
 
 /* A static message for a status code (never NULL). */
-const char *rope_strerror(int status);
+ROPE_API const char *rope_strerror(int status);
 
 /* ---- pair layouts -------------------------------------------------------- */
 
@@ -81,25 +123,25 @@ enum { ROPE_STORAGE_TYPES(ROPE_DTYPE_CODE_) ROPE_N_DTYPES };
 
 /* Number of storage types, and each one's name ("float32", ...) and size in
  * bytes (NULL and 0 for a code out of range). */
-int rope_dtype_count(void);
-const char *rope_dtype_name(int dtype);
-int rope_dtype_size(int dtype);
+ROPE_API int rope_dtype_count(void);
+ROPE_API const char *rope_dtype_name(int dtype);
+ROPE_API int rope_dtype_size(int dtype);
 
 /* ---- instruction sets ---------------------------------------------------- */
 
 /* Instruction sets are numbered by their place in the registry (dispatch.c),
  * in priority order: 0 is the scalar specification, always supported. */
-int rope_isa_count(void);
+ROPE_API int rope_isa_count(void);
 /* Name of instruction set isa ("scalar", "avx2", ...), NULL if out of range. */
-const char *rope_isa_name(int isa);
+ROPE_API const char *rope_isa_name(int isa);
 /* 1 if the CPU and OS can run the instruction set, else 0. */
-int rope_isa_supported(int isa);
+ROPE_API int rope_isa_supported(int isa);
 /* The instruction set that rope_* functions use now. */
-int rope_get_isa(void);
+ROPE_API int rope_get_isa(void);
 /* Use this instruction set from now on (ROPE_E_ISA if not supported).
  * The choice is published atomically; calls already running finish on the
  * kernels they started with. */
-int rope_set_isa(int isa);
+ROPE_API int rope_set_isa(int isa);
 
 /* ---- tables -------------------------------------------------------------- */
 
@@ -109,20 +151,20 @@ int rope_set_isa(int isa);
  * correctly rounded to float32 at any |position| <= ROPE_MAX_POSITION
  * (docs/ACCURACY.md); |inv_freq[i]| <= ROPE_MAX_INV_FREQ and
  * ROPE_MIN_SCALE <= |scale| <= ROPE_MAX_SCALE. */
-int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
-                     const double *inv_freq, int64_t n_freq, double scale,
-                     float *cos_out, float *sin_out);
+ROPE_API int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
+                              const double *inv_freq, int64_t n_freq, double scale,
+                              float *cos_out, float *sin_out);
 
 /* The same for the dense range start, start+1, ..., start+n_pos-1. */
-int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
-                           const double *inv_freq, int64_t n_freq, double scale,
-                           float *cos_out, float *sin_out);
+ROPE_API int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
+                                    const double *inv_freq, int64_t n_freq, double scale,
+                                    float *cos_out, float *sin_out);
 
 /* float64 tables [n_pos, n_freq] for float64 data: the same exact angles,
  * each entry within about 1.5 ulp of float64 (scalar code). */
-int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
-                     const double *inv_freq, int64_t n_freq, double scale,
-                     double *cos_out, double *sin_out);
+ROPE_API int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
+                              const double *inv_freq, int64_t n_freq, double scale,
+                              double *cos_out, double *sin_out);
 
 /* ---- rotation ------------------------------------------------------------ */
 
@@ -202,8 +244,8 @@ typedef struct {
 /* Rotate n_tensors tensors (e.g. q and k) at the same positions in one pass:
  * each token's cos/sin row is made or read once and applied to the heads of
  * every tensor. */
-int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
-                const rope_angles *angles);
+ROPE_API int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
+                         const rope_angles *angles);
 
 /* ---- the bandwidth yardstick ------------------------------------------- */
 
@@ -211,6 +253,10 @@ int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
  * little-endian; 0 leaves the bytes unchanged), reading and writing each byte
  * once with the widest vectors of the active instruction set, split over up
  * to n_threads threads by the same size rule as rope_rotate. */
-int rope_bandwidth_pass(void *data, int64_t n_bytes, uint32_t xor_mask, int n_threads);
+ROPE_API int rope_bandwidth_pass(void *data, int64_t n_bytes, uint32_t xor_mask, int n_threads);
+
+#if defined(__cplusplus) && !defined(ROPE_CDEF)
+}
+#endif
 
 #endif
