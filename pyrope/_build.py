@@ -6,14 +6,23 @@ its enum), plus the header's numeric ``#define`` constants: the header is
 the one description of the C API. Every ``csrc/*.c`` is compiled, so a new
 kernel file needs no build list. ``setup.py`` names this module in
 ``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place.
+
+The same sources, with the same flags, also make ``libpyrope``, the shared
+library for C and C++ programs (:func:`build_library`): ``lib/`` in the
+package holds it and ``lib/pkgconfig/pyrope.pc``, ``include/`` holds
+``pyrope.h``. ``setup.py`` builds it next to the extension, so wheels and
+editable installs carry it, and so does the in-place build.
 """
 import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from cffi import FFI
 
@@ -61,5 +70,97 @@ ffibuilder.set_source(
     libraries=["m"] if sys.platform != "win32" else [],
 )
 
+
+# ---- libpyrope: the C library shipped in the package ------------------------
+
+HEADER = os.path.join(CSRC, "pyrope.h")
+# where the package holds them, as numpy holds its own (include/, lib/pkgconfig/)
+INCLUDE_DIR = "include"
+LIB_DIR = "lib"
+# only the declarations marked ROPE_API are exported; no global -march either
+LIBRARY_CFLAGS = CFLAGS + ["-fPIC", "-fvisibility=hidden"]
+# an ELF shared library with a soname: built and tested on Linux only; elsewhere
+# the package is built without it
+LIBRARY_PLATFORM = sys.platform.startswith("linux")
+
+
+def header_version():
+    """``(major, minor, patch, abi)`` as ``pyrope.h`` defines them."""
+    with open(HEADER, encoding="utf-8") as f:
+        defines = dict(_INT_DEFINE.findall(f.read()))
+    return tuple(int(defines[f"ROPE_{name}"]) for name in
+                 ("VERSION_MAJOR", "VERSION_MINOR", "VERSION_PATCH", "ABI_VERSION"))
+
+
+def library_names():
+    """``(soname, link name)``: ``libpyrope.so.<ABI>`` is the library, the name
+    programs record and load; ``libpyrope.so`` the one ``-lpyrope`` finds."""
+    return f"libpyrope.so.{header_version()[3]}", "libpyrope.so"
+
+
+def library_outputs():
+    """The files :func:`build_library` writes, relative to the package directory."""
+    if not LIBRARY_PLATFORM:
+        return []
+    soname, link = library_names()
+    return [os.path.join(INCLUDE_DIR, "pyrope.h"), os.path.join(LIB_DIR, soname), os.path.join(LIB_DIR, link),
+            os.path.join(LIB_DIR, "pkgconfig", "pyrope.pc")]
+
+
+def _pkg_config(version):
+    # ${pcfiledir} is where pkg-config found this file: the package may be anywhere.
+    # The rpath lets a program run without LD_LIBRARY_PATH: site-packages is no system
+    # library directory.
+    return "\n".join([
+        "prefix=${pcfiledir}/../..",
+        f"includedir=${{prefix}}/{INCLUDE_DIR}",
+        f"libdir=${{prefix}}/{LIB_DIR}",
+        "",
+        "Name: pyrope",
+        "Description: Rotary position embedding (RoPE) for the CPU: the C API of the pyrope package",
+        f"Version: {version}",
+        "Cflags: -I${includedir}",
+        "Libs: -L${libdir} -Wl,-rpath,${libdir} -lpyrope",
+        "",
+    ])
+
+
+def build_library(package_dir, tmp_dir):
+    """Compile every ``csrc/*.c`` into ``libpyrope`` and put it, ``pyrope.h`` and
+    ``pyrope.pc`` under ``package_dir`` (:func:`library_outputs`); object files
+    go to ``tmp_dir``. Returns the paths written (none but on Linux)."""
+    if not LIBRARY_PLATFORM:
+        return []
+    major, minor, patch, _ = header_version()
+    soname, link = library_names()
+    lib_dir = os.path.join(package_dir, LIB_DIR)
+    obj_dir = os.path.join(tmp_dir, "libpyrope")
+    for d in (os.path.join(lib_dir, "pkgconfig"), os.path.join(package_dir, INCLUDE_DIR), obj_dir):
+        os.makedirs(d, exist_ok=True)
+    cc = _compiler()
+
+    def compile_one(src):
+        obj = os.path.join(obj_dir, os.path.basename(src)[:-2] + ".o")
+        subprocess.run(cc + LIBRARY_CFLAGS + ["-I", CSRC, "-c", src, "-o", obj], check=True)
+        return obj
+
+    sources = sorted(glob.glob(os.path.join(CSRC, "*.c")))
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        objects = list(pool.map(compile_one, sources))
+    # written under a temporary name and renamed: a failed build leaves the old library
+    partial = os.path.join(lib_dir, f".{soname}.partial")
+    subprocess.run(cc + ["-shared", f"-Wl,-soname,{soname}", "-Wl,-z,defs", "-o", partial] + objects
+                   + LDFLAGS + ["-lm"], check=True)
+    os.replace(partial, os.path.join(lib_dir, soname))
+    # a copy, not a symlink: wheels (zip files) keep no links
+    shutil.copyfile(os.path.join(lib_dir, soname), os.path.join(lib_dir, link))
+    shutil.copyfile(HEADER, os.path.join(package_dir, INCLUDE_DIR, "pyrope.h"))
+    with open(os.path.join(lib_dir, "pkgconfig", "pyrope.pc"), "w", encoding="utf-8") as f:
+        f.write(_pkg_config(f"{major}.{minor}.{patch}"))
+    return [os.path.join(package_dir, p) for p in library_outputs()]
+
+
 if __name__ == "__main__":
     ffibuilder.compile(tmpdir=os.path.dirname(HERE), verbose=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        build_library(HERE, tmp)
