@@ -15,6 +15,7 @@ rotate with it (plus the numpy-only ``cache``, ``layout``, ``positions`` and
 ``pyrope.check`` or ``import pyrope.check``.
 """
 import importlib as _importlib
+import os as _os
 
 from ._kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
 from .config import load_hf_config, rope_arguments_from_hf_config
@@ -37,7 +38,31 @@ __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_i
            "Proportional", "FreqFactors", "load_hf_config", "rope_arguments_from_hf_config",
            "make_contract", "fingerprint", "resolved_from_contract",
            "PartialRotary", "apply_varlen", "varlen_positions", "multimodal_positions", "onnx_rotary_embedding", "onnx_caches",
-           "from_hf", "to_hf", "from_vllm", "to_vllm", "cache", "check", "layout", "positions", "testing"]
+           "from_hf", "to_hf", "from_vllm", "to_vllm", "cache", "check", "layout", "positions", "testing",
+           "get_include", "get_library_path"]
+
+
+def get_include():
+    """The directory holding ``pyrope.h``, the header of the C library.
+
+    Compile C or C++ against it with ``-I`` (it needs no other header); the
+    library is in :func:`get_library_path`. Like ``numpy.get_include()``, this
+    only names the directory of the installed package (the build put the
+    header there).
+    """
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+def get_library_path():
+    """The directory holding ``libpyrope.so``, the C library of pyrope's C API.
+
+    It also holds ``libpyrope.so.<ABI>`` (the soname, which programs load) and
+    ``pkgconfig/pyrope.pc``: with ``PKG_CONFIG_PATH`` set to that directory,
+    ``pkg-config --cflags --libs pyrope`` gives the flags to compile and link
+    against it (with an rpath to this directory). Like :func:`get_include`,
+    this only names the directory.
+    """
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "lib")
 
 
 def __getattr__(name):
