@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines clean
+.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -18,7 +18,7 @@ demo: install
 test: install-test
 	$(PYTHON) -m pytest -q
 
-build:              ## build the C extension in place (no install)
+build:              ## build the C extension and libpyrope in place (no install)
 	$(PYTHON) pyrope/_build.py
 
 install-bench:      ## the package plus the benchmark peers (torch, onnxruntime, ml_dtypes)
@@ -28,7 +28,29 @@ bench: install-bench
 	$(PYTHON) -m pytest bench -q --benchmark-only --benchmark-columns=median,iqr,rounds
 
 clean:
-	rm -rf build *.egg-info pyrope/_pyrope_cffi* .pytest_cache .benchmarks
+	rm -rf build *.egg-info pyrope/_pyrope_cffi* pyrope/lib pyrope/include .pytest_cache .benchmarks
+
+# The C library: docs/examples/decode_loop.c built with the command
+# docs/examples/README.md documents (read from there), against this checkout
+# (c-example) or against the wheel installed in a throwaway venv (check-wheel,
+# which also lists the wheel's C files). Neither touches the installed package.
+EXAMPLE_CMD = grep '^cc .*decode_loop.c' $(CURDIR)/docs/examples/README.md
+c-example: build
+	rm -rf build/c-example && mkdir -p build/c-example && cp docs/examples/decode_loop.c build/c-example/
+	cd build/c-example && PYTHONPATH=$(CURDIR) sh -c "$$($(EXAMPLE_CMD))" && ldd decode_loop | grep libpyrope && ./decode_loop | tail -2
+
+WHEEL_DIR = build/wheel
+check-wheel:
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(PIP) wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR) .
+	unzip -l $(WHEEL_DIR)/*.whl | grep -E 'pyrope/(include|lib)/'
+	for f in include/pyrope.h lib/libpyrope.so 'lib/libpyrope.so.[0-9][0-9]*' lib/pkgconfig/pyrope.pc; do \
+	  unzip -l $(WHEEL_DIR)/*.whl | grep -q " pyrope/$$f$$" || { echo "the wheel lacks pyrope/$$f"; exit 1; }; done
+	$(PYTHON) -m venv --system-site-packages $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/pip install --quiet --no-deps --force-reinstall $(WHEEL_DIR)/*.whl
+	cp docs/examples/decode_loop.c $(WHEEL_DIR)/
+	cd $(WHEEL_DIR) && PATH=$(CURDIR)/$(WHEEL_DIR)/venv/bin:$$PATH sh -c "$$($(EXAMPLE_CMD))" && \
+	  ldd decode_loop | grep '$(CURDIR)/$(WHEEL_DIR)/venv/.*/libpyrope' && ./decode_loop | tail -2
 
 # The C core under AddressSanitizer + UndefinedBehaviorSanitizer: a separate
 # build in build/sanitize (the normal in-place build is left alone), then the
