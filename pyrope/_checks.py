@@ -10,6 +10,7 @@ import operator
 import numpy as np
 
 from ._kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
+from ._tensors import as_array, is_foreign
 from .errors import OverflowError, TypeError, ValueError
 
 LAYOUT_NAMES = ("interleaved", "split_half")
@@ -107,11 +108,14 @@ def as_layout(value):
 def as_positions(name, value):
     """An int64 array of token positions, each within +-MAX_POSITION (pyrope.h).
 
-    Accepts integer arrays, Python ints and nested lists of ints; floats,
+    Accepts integer arrays (also CPU torch tensors and DLPack objects),
+    Python ints and nested lists of ints; floats,
     bools, objects and values beyond int64 are refused, never cast.
     """
     if isinstance(value, np.ndarray):
         arr = value
+    elif is_foreign(value):   # a torch int tensor, a DLPack array: viewed, not copied
+        arr = as_array(name, value, data=False)
     else:
         try:
             arr = np.asarray(value)

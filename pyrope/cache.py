@@ -24,6 +24,7 @@ import builtins
 import numpy as np
 
 from . import _kernel
+from ._tensors import entry
 from ._checks import MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, as_positions, scale_problem
 from ._explicit import explicit_rope, unit_twin
 from ._sections import is_sectioned
@@ -49,6 +50,7 @@ def _token_shape(rope, k, seq_axis):
     return k.shape[:-3], k.shape[int(seq_axis)]
 
 
+@entry(inputs=("k",), positions=("from_positions", "to_positions"), written=("k",))
 def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     """Rotate cached keys ``k`` from ``from_positions`` to ``to_positions``, in place.
 
@@ -65,6 +67,9 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     keys already carry it). ``|to - from|`` must stay within 2**31 - 1
     (``ROPE_MAX_POSITION``).
     Returns ``k``. See the module notes: this fixes this layer's keys only.
+    ``k`` and the positions may be CPU torch tensors or DLPack objects
+    (rotated in their own storage; not differentiable: a ``k`` that requires
+    grad, with grad enabled, is a ``ValueError``).
     """
     if not isinstance(rope, _rope_type()):
         raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
@@ -90,6 +95,7 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     return unit_twin(rope).apply(k, positions=delta, seq_axis=seq_axis, out=k)
 
 
+@entry(inputs=("k",), out="out", positions=("positions",))
 def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
     """Keys rotated by ``rope`` at ``positions``, re-expressed under ``to_rope``.
 
@@ -98,7 +104,8 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
     frequencies and attention factor may differ. ``out=None`` returns a new
     array, ``out=k`` converts in place. Two passes: un-rotate under the old
     rule (factor kept), rotate under the new one with the factor ratio.
-    Exact for this layer's keys only (see the module notes).
+    Exact for this layer's keys only (see the module notes). Tensors and
+    DLPack objects as in :func:`rerotate`; a new result has k's type.
     """
     Rope = _rope_type()
     if not isinstance(rope, Rope):

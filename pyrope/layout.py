@@ -9,10 +9,15 @@ coordinates ``(i, i + r/2)``. Only the first ``rotary_dim`` coordinates of
 a head move. Permuting the rows of ``Wq``/``Wk`` (and their biases, and
 per-head q/k-norm weights) does this once, at load time; swapping only
 ``rotate_half`` does not, and gives wrong scores with the right shapes.
+
+The converters take numpy arrays, torch tensors (indexed by torch itself:
+any device and dtype, autograd intact) and other DLPack objects (through a
+numpy view, the result converted back as ``pyrope._tensors`` describes).
 """
 import numpy as np
 
 from ._checks import as_even_dim, as_int, as_layout
+from ._tensors import is_foreign, as_array, restore, torch_of
 from .errors import TypeError, ValueError
 
 
@@ -41,16 +46,16 @@ def permutation(head_dim, from_layout, to_layout, rotary_dim=None):
 
 def convert_heads(x, from_layout, to_layout, *, rotary_dim=None):
     """Per-head vectors ``[..., head_dim]`` (q, k, or a per-head norm weight) in the other layout."""
-    x = _as_array("x", x)
+    given, x = x, _as_array("x", x)
     if x.ndim < 1:
         raise ValueError("x must have a head_dim axis, got a scalar")
-    return x[..., permutation(x.shape[-1], from_layout, to_layout, rotary_dim)]
+    return restore(x[..., _index(x, permutation(x.shape[-1], from_layout, to_layout, rotary_dim))], given)
 
 
 def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=None):
     """Rows of a projection ``[num_heads * head_dim, ...]`` (weight or bias),
     permuted head by head into the other layout. Returns a new array."""
-    w = _as_array("w", w)
+    given, w = w, _as_array("w", w)
     num_heads = as_int("num_heads", num_heads)
     if num_heads <= 0:
         raise ValueError(f"num_heads must be positive, got {num_heads}")
@@ -59,7 +64,7 @@ def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=N
         raise ValueError(f"w.shape[0] must equal num_heads * head_dim = {num_heads} * {head_dim} = "
                          f"{num_heads * head_dim}, got shape {w.shape}")
     rows = (np.arange(num_heads, dtype=np.int64)[:, None] * head_dim + perm[None, :]).reshape(-1)
-    return w[rows]
+    return restore(w[_index(w, rows)], given)
 
 
 def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layout, rotary_dim=None,
@@ -83,8 +88,7 @@ def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layo
     for name, value in given.items():
         if value is None:
             continue
-        value = _as_array(name, value)
-        if name.endswith("norm") and value.shape == (head_dim,):
+        if name.endswith("norm") and tuple(_as_array(name, value).shape) == (head_dim,):
             out[name] = convert_heads(value, from_layout, to_layout, rotary_dim=rotary_dim)
             continue
         try:
@@ -95,7 +99,19 @@ def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layo
     return out
 
 
+def _index(a, index):
+    """``index`` (int64 ndarray) as ``a`` takes it: a tensor on a torch tensor's device."""
+    torch = torch_of(a)
+    return index if torch is None else torch.as_tensor(index, device=a.device)
+
+
 def _as_array(name, value):
+    """``value`` as something to index: a torch tensor as it is, another DLPack
+    object as a numpy view, anything else as an ndarray."""
+    if torch_of(value) is not None:
+        return value
+    if is_foreign(value):
+        return as_array(name, value, data=False)
     if not isinstance(value, np.ndarray):
         try:
             value = np.asarray(value)

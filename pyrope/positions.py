@@ -32,6 +32,7 @@ import numpy as np
 
 from ._checks import MAX_POSITION, as_even_dim, as_int, as_positions
 from ._explicit import explicit_rope
+from ._tensors import entry
 from .errors import TypeError, ValueError
 from .rope import Rope
 
@@ -202,12 +203,14 @@ def multimodal_positions(segments):
     return positions, int(positions.max()) + 1
 
 
+@entry(inputs=("x",), out="out", positions=("cu_seqlens", "offsets"), adjoint="inverse")
 def apply_varlen(rope, x, cu_seqlens, offsets=None, *, out=None, inverse=False):
     """Rotate a packed ``[total_tokens, heads, head_dim]`` array by logical positions.
 
     Equivalent to rotating each sequence ``x[cu[s]:cu[s+1]]`` with
     ``rope.apply(..., offset=offsets[s])`` (0 without offsets), in one call.
-    ``out``/``inverse`` as in :meth:`pyrope.Rope.apply`.
+    ``out``/``inverse`` as in :meth:`pyrope.Rope.apply`, torch tensors,
+    DLPack objects and autograd included.
     """
     if not isinstance(rope, Rope):
         raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
@@ -272,8 +275,10 @@ class PartialRotary:
         return (f"PartialRotary(head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, "
                 f"convention={self.convention!r}, layout={self.rope.layout!r}, dim_offset={self.dim_offset})")
 
+    @entry(inputs=("x",), out="out", positions=("positions",), adjoint="inverse")
     def apply(self, x, positions=None, *, offset=0, seq_axis=-3, out=None, inverse=False):
-        """Rotate whole heads ``x`` (``[..., head_dim]``); arguments as :meth:`pyrope.Rope.apply`."""
+        """Rotate whole heads ``x`` (``[..., head_dim]``); arguments as :meth:`pyrope.Rope.apply`,
+        torch tensors, DLPack objects and autograd included."""
         if self.convention != "offset":
             return self.rope.apply(x, positions, offset=offset, seq_axis=seq_axis, out=out, inverse=inverse)
         if not isinstance(x, np.ndarray):

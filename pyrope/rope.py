@@ -7,7 +7,7 @@ import builtins
 
 import numpy as np
 
-from . import _kernel, _plan
+from . import _kernel, _plan, _tensors
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int,
                       as_layout, as_positions)
 from .config import _hf_rope
@@ -224,7 +224,11 @@ class Rope:
         ``positions.shape[1:] + (rotary_dim // 2,)``, entry ``i`` at the
         position of pair ``i``'s component; positions with another first axis
         mean the same position on every component.
+        Tensor or DLPack ``positions`` (a torch int tensor) give tables of
+        their type (``dtype`` may then be ``torch.float32``/``torch.float64``).
         """
+        if type(positions) is not np.ndarray and _tensors.is_foreign(positions):
+            return _tensors.cos_sin(self, positions, dtype)
         pos = as_positions("positions", positions)
         sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
         flat = np.require(pos.reshape(-1), np.int64, ("C", "A"))
@@ -344,6 +348,18 @@ class Rope:
         ``pyrope.get_num_threads()`` threads with identical results. Raises
         ``TypeError``/``ValueError`` naming the argument before anything is
         written.
+
+        Torch tensors and DLPack objects: ``x``, ``out`` and ``positions`` may
+        be CPU torch tensors (float32, float16, bfloat16, float64; positions
+        any integer dtype) or any object with ``__dlpack__`` in CPU memory,
+        viewed without a copy: ``out=x`` rotates the tensor's own storage, a
+        new result is a tensor of x's type (``pyrope._tensors`` says how other
+        DLPack types come back). A tensor on another device, or of another
+        dtype, is a ``TypeError`` naming it. A tensor that requires grad (grad
+        enabled) is rotated differentiably: backward is ``apply(grad,
+        inverse=not inverse)`` at the same positions, the exact adjoint; in
+        place only on a tensor that is not a leaf (torch's rule), never into
+        another ``out`` tensor (``ValueError`` naming ``out``).
         """
         if inverse is not False and inverse is not True:
             inverse = as_bool("inverse", inverse)
@@ -390,7 +406,8 @@ class Rope:
         head count (grouped-query attention). ``out`` is ``None`` or a pair
         ``(q_out, k_out)``; ``out=(q, k)`` rotates both in place. One pass:
         each token's cos/sin row is read once for both. Values are never
-        rotated: pass only q and k. See :meth:`apply` for the rest.
+        rotated: pass only q and k. See :meth:`apply` for the rest, torch
+        tensors and autograd included.
         """
         # The direct path, inline as in apply.
         if (angles == "auto" and type(q) is _ndarray and type(k) is _ndarray and type(offset) is int
@@ -449,8 +466,15 @@ class Rope:
         :meth:`apply` would refuse, and for layouts the kernel cannot address
         without a copy (a last axis that is not contiguous, strides that are
         not whole elements, batch dims that do not merge).
+
+        Torch tensors and DLPack objects are prepared by their array views and
+        may be passed to the prepared call as in :meth:`apply` (their views
+        must match the plan; tensors that require grad are differentiated,
+        backward through :meth:`apply`).
         """
         inverse = as_bool("inverse", inverse)
+        if _tensors.any_foreign(x, out):   # tensors: planned on their array views
+            x, out = _tensors.example_views((("x", x), ("out", out)))
         _Job(self, None, 0, seq_axis).add("x", x, out, "out")
         return _PreparedApply(self, (x,), (out,), int(seq_axis), inverse, ("x",), ("out",))
 
@@ -460,6 +484,8 @@ class Rope:
         arrays) or a pair ``(q_out, k_out)``, each the array itself (in place)
         or an array of its shape and dtype, e.g. ``out=(q, k_cache[:, 0:1])``."""
         q_out, k_out = _out_pair(out)
+        if _tensors.any_foreign(q, k, q_out, k_out):   # tensors: planned on their array views
+            q, k, q_out, k_out = _tensors.example_views((("q", q), ("k", k), ("out[0]", q_out), ("out[1]", k_out)))
         job = _Job(self, None, 0, seq_axis)
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
@@ -501,14 +527,20 @@ def _out_pair(out):
 
 
 def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
-    """``apply`` through the general path: any strides, overlaps, positions."""
+    """``apply`` through the general path: any strides, overlaps, positions;
+    tensors and DLPack objects (which the direct path never takes) go to
+    ``_tensors``, which views them as arrays and calls ``apply`` again."""
+    if (type(x) is not _ndarray or (out is not None and type(out) is not _ndarray)) and _tensors.any_foreign(x, out):
+        return _tensors.apply(rope, x, positions, offset, seq_axis, out, inverse, angles)
     job = _Job(rope, positions, offset, seq_axis, angles)
     job.add("x", x, out, "out")
     return job.run(inverse, "Rope.apply")[0]
 
 
 def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
-    """``apply_qk`` through the general path."""
+    """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
+    if _tensors.any_foreign(q, k, out):
+        return _tensors.apply_qk(rope, q, k, positions, offset, seq_axis, out, angles)
     q_out, k_out = _out_pair(out)
     job = _Job(rope, positions, offset, seq_axis, angles)
     job.add("q", q, q_out, "out[0]")
@@ -764,6 +796,8 @@ class _PreparedApply(PreparedRotation):
                                                   if mode is _FRESH else type(out) is not _ndarray
                                                   or out.dtype is not self._dtype or out.strides != mode
                                                   or out.shape != self._shape)):
+            if _tensors.any_foreign(x, out):
+                return _tensors.call_prepared(self, (x,), out, offset, positions)
             result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
         else:
             result = _plan.fresh_result(x) if mode is _FRESH else out
@@ -794,6 +828,8 @@ class _PreparedApplyQK(PreparedRotation):
                                                 and out[1].strides == k_mode and out[1].shape == k_shape)):
             results = qo, ko = out   # q in place, k in place or into a cache: checked inline
         else:
+            if _tensors.any_foreign(q, k, out):
+                return _tensors.call_prepared(self, (q, k), out, offset, positions)
             q_out, k_out = _out_pair(out)
             results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
         rope = self._rope
