@@ -96,10 +96,14 @@ def grad_needed(objs):
 _TORCH_FLOATS = {}   # torch dtype -> numpy dtype, filled when the first tensor arrives
 
 
+_TORCH_PLAIN = set()  # the torch dtypes Tensor.numpy() serves as pyrope needs them (not bfloat16)
+
+
 def _torch_floats(torch):
     if not _TORCH_FLOATS:
         _TORCH_FLOATS.update({torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
                               torch.float64: np.dtype(np.float64), torch.bfloat16: BFLOAT16})
+        _TORCH_PLAIN.update((torch.float32, torch.float16, torch.float64))
     return _TORCH_FLOATS
 
 
@@ -117,6 +121,11 @@ def as_array(name, obj, data=True):
 
 
 def _torch_view(torch, name, t, data):
+    if t.dtype in _TORCH_PLAIN and t.is_cpu and t.layout is torch.strided and not t.requires_grad:
+        try:
+            return t.numpy()   # the common case, in as few steps as it takes
+        except RuntimeError:   # a negative view (torch._neg_view): refused below
+            pass
     if t.layout is not torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if not t.is_cpu:
@@ -125,13 +134,13 @@ def _torch_view(torch, name, t, data):
         raise TypeError(f"{name} must have dtype {SERVED}, got {t.dtype}")
     if t.requires_grad:
         t = t.detach()
-    if t.dtype is torch.bfloat16:
-        if BFLOAT16 is None:
-            raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package")
-        return t.view(torch.int16).numpy().view(BFLOAT16)
+    if t.dtype is torch.bfloat16 and BFLOAT16 is None:
+        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package")
     try:
+        if t.dtype is torch.bfloat16:
+            return t.view(torch.int16).numpy().view(BFLOAT16)
         return t.numpy()
-    except (RuntimeError, builtins.TypeError) as exc:  # conjugate or negative views, exotic dtypes
+    except (RuntimeError, builtins.TypeError) as exc:  # negative or conjugate views, exotic dtypes
         raise TypeError(f"{name} ({t.dtype}) has no numpy view: {exc}") from None
 
 
@@ -254,8 +263,11 @@ def _out_pair(out):
 # ---- Rope.apply, Rope.apply_qk ----------------------------------------------------------
 
 def apply(rope, x, positions, offset, seq_axis, out, inverse, angles):
-    """:meth:`Rope.apply` with a tensor or DLPack object as ``x`` or ``out``."""
-    if grad_needed((x, out)):
+    """:meth:`Rope.apply` with a tensor or DLPack object as ``x`` or ``out``.
+
+    Written without a :class:`Bridge`: a decode step calls this once per
+    layer, and each step below is a few hundred nanoseconds."""
+    if (getattr(x, "requires_grad", False) or getattr(out, "requires_grad", False)) and grad_needed((x, out)):
         positions = _kept(positions)
 
         def run(t):
@@ -266,13 +278,17 @@ def apply(rope, x, positions, offset, seq_axis, out, inverse, angles):
             return rope.apply(g, positions, offset=offset, seq_axis=seq_axis, inverse=not inverse, angles=angles)
 
         return _autograd().rotation(run, adjoint, ("x",), (x,), ("out",), (out,))
-    bridge = Bridge()
-    xa = bridge.view("x", x)
-    oa = bridge.view("out", out)
-    bridge.writes(out)
-    pa = bridge.view("positions", positions, data=False)
-    result = rope.apply(xa, pa, offset=offset, seq_axis=seq_axis, out=oa, inverse=inverse, angles=angles)
-    return bridge.finish(result, (x,))
+    foreign = is_foreign(x)
+    xa = as_array("x", x) if foreign else x
+    oa = xa if out is x else out if out is None or not is_foreign(out) else as_array("out", out)
+    if positions is not None and is_foreign(positions):
+        positions = as_array("positions", positions, data=False)
+    result = rope.apply(xa, positions, offset=offset, seq_axis=seq_axis, out=oa, inverse=inverse, angles=angles)
+    if out is not None:
+        if torch_of(out) is not None:  # written as torch's in-place ops write
+            sys.modules["torch"].autograd.graph.increment_version((out,))
+        return out
+    return new_like(result, x) if foreign else result
 
 
 def apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):

@@ -530,7 +530,8 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
     """``apply`` through the general path: any strides, overlaps, positions;
     tensors and DLPack objects (which the direct path never takes) go to
     ``_tensors``, which views them as arrays and calls ``apply`` again."""
-    if (type(x) is not _ndarray or (out is not None and type(out) is not _ndarray)) and _tensors.any_foreign(x, out):
+    if (type(x) is not _ndarray or (out is not None and type(out) is not _ndarray)) and (
+            _tensors.is_foreign(x) or _tensors.is_foreign(out)):
         return _tensors.apply(rope, x, positions, offset, seq_axis, out, inverse, angles)
     job = _Job(rope, positions, offset, seq_axis, angles)
     job.add("x", x, out, "out")
