@@ -797,9 +797,12 @@ class _PreparedApply(PreparedRotation):
                                                   if mode is _FRESH else type(out) is not _ndarray
                                                   or out.dtype is not self._dtype or out.strides != mode
                                                   or out.shape != self._shape)):
-            if _tensors.any_foreign(x, out):
-                return _tensors.call_prepared(self, (x,), out, offset, positions)
-            result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
+            try:
+                result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
+            except TypeError:                      # not arrays: tensors run this plan on their views
+                if _tensors.any_foreign(x, out):
+                    return _tensors.call_prepared(self, (x,), out, offset, positions)
+                raise
         else:
             result = _plan.fresh_result(x) if mode is _FRESH else out
         rope = self._rope
@@ -829,10 +832,13 @@ class _PreparedApplyQK(PreparedRotation):
                                                 and out[1].strides == k_mode and out[1].shape == k_shape)):
             results = qo, ko = out   # q in place, k in place or into a cache: checked inline
         else:
-            if _tensors.any_foreign(q, k, out):
-                return _tensors.call_prepared(self, (q, k), out, offset, positions)
-            q_out, k_out = _out_pair(out)
-            results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
+            try:
+                q_out, k_out = _out_pair(out)
+                results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
+            except TypeError:                      # not arrays: tensors run this plan on their views
+                if _tensors.any_foreign(q, k, out):
+                    return _tensors.call_prepared(self, (q, k), out, offset, positions)
+                raise
         rope = self._rope
         if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
                 or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))

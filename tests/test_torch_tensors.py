@@ -425,3 +425,19 @@ def test_tensors_are_released():
     del x, y
     gc.collect()
     assert alive() is None
+
+
+def test_empty_tensors_and_an_out_whose_last_axis_is_strided():
+    rope = Rope(8, layout="split_half")
+    empty = torch.zeros(0, 2, 8)
+    got = rope.apply(empty, offset=3)
+    assert type(got) is torch.Tensor and got.shape == (0, 2, 8)
+    assert rope.apply(empty, out=empty) is empty
+    # an out the kernel cannot address (last axis strided): rotated in a temporary, written back
+    x = rand(3, 2, 8)
+    out = torch.zeros(8, 2, 3).permute(2, 1, 0)
+    assert out.stride()[-1] != 1
+    assert rope.apply(x, offset=4, out=out) is out
+    assert_close(numpy_of(out), expected(rope, numpy_of(x), offset=4), numpy_of(x), rope, np.float32)
+    y = rope.apply(out, offset=-4)                   # and as an input
+    assert_close(numpy_of(y), expected(rope, numpy_of(out), offset=-4), numpy_of(out), rope, np.float32)
