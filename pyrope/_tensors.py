@@ -121,10 +121,10 @@ def as_array(name, obj, data=True):
 
 
 def _torch_view(torch, name, t, data):
-    if t.dtype in _TORCH_PLAIN and t.is_cpu and t.layout is torch.strided and not t.requires_grad:
-        try:
-            return t.numpy()   # the common case, in as few steps as it takes
-        except RuntimeError:   # a negative view (torch._neg_view): refused below
+    if t.dtype in _TORCH_PLAIN:
+        try:   # the common case in one step: numpy() itself refuses other devices and layouts,
+            return t.numpy()   # tensors that require grad, negative views; the checks below name them
+        except (RuntimeError, builtins.TypeError):
             pass
     if t.layout is not torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
