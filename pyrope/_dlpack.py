@@ -104,10 +104,11 @@ def _capsule(obj):
         return obj.__dlpack__()
 
 
-def import_view(name, obj, numpy_error):
+def import_view(name, obj, numpy_error, accepted):
     """An ndarray over the memory of DLPack object ``obj`` whose capsule numpy
     refused (``numpy_error``): a bfloat16 view for a bfloat16 tensor, else a
-    ``TypeError`` naming ``name`` and the DLPack type."""
+    ``TypeError`` naming ``name``, what it must have (``accepted``, e.g.
+    ``"dtype float32, ..."``) and the DLPack type."""
     capsule = _capsule(obj)
     if _api.PyCapsule_IsValid(capsule, _VERSIONED):
         managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, _VERSIONED), ctypes.POINTER(_ManagedVersioned))
@@ -130,8 +131,8 @@ def import_view(name, obj, numpy_error):
     kind = _CODES.get(dtype.code, f"code {dtype.code}")
     if dtype.code != _BFLOAT or dtype.bits != 16 or dtype.lanes != 1:
         lanes = "" if dtype.lanes == 1 else f" x{dtype.lanes} lanes"
-        raise TypeError(f"{name} must have dtype float32, float16, bfloat16 or float64, got DLPack {kind} "
-                        f"{dtype.bits} bits{lanes} ({numpy_error})")
+        raise TypeError(f"{name} must have {accepted}, got DLPack {kind} {dtype.bits} bits{lanes} "
+                        f"({numpy_error})")
     if _kernel.BFLOAT16 is None:
         raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package")
     # consumed from here on: renaming tells the producer's destructor to leave it to the owner

@@ -93,9 +93,7 @@ def grad_needed(objs):
 
 # ---- views -----------------------------------------------------------------------------
 
-_TORCH_FLOATS = {}   # torch dtype -> numpy dtype, filled when the first tensor arrives
-
-
+_TORCH_FLOATS = {}    # torch dtype -> numpy dtype, filled when the first tensor arrives
 _TORCH_PLAIN = set()  # the torch dtypes Tensor.numpy() serves as pyrope needs them (not bfloat16)
 
 
@@ -164,7 +162,7 @@ def _dlpack_view(name, obj, data):
         arr = _numpy_import(obj)
     except Exception as exc:  # numpy refuses bfloat16 (and types it lacks): read the capsule
         from ._dlpack import import_view
-        arr = import_view(name, obj, exc)
+        arr = import_view(name, obj, exc, f"dtype {SERVED}" if data else "an integer dtype")
     if data and arr.dtype not in _kernel.DTYPE_CODES:
         raise TypeError(f"{name} must have dtype {SERVED}, got {arr.dtype}")
     return arr
@@ -385,27 +383,27 @@ def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
         signature = inspect.signature(fn)
         where = f"{fn.__module__}.{fn.__qualname__}"
         params = list(signature.parameters.values())
-        scanned = tuple(inputs) + ((out,) if out else ()) + tuple(positions)
-        slots = tuple((name, next((i for i, p in enumerate(params) if p.name == name
-                                   and p.kind is p.POSITIONAL_OR_KEYWORD), None)) for name in scanned)
+
+        def slot(name):  # (name, positional index or None, may hold a pair)
+            i = next((i for i, p in enumerate(params) if p.name == name and p.kind is p.POSITIONAL_OR_KEYWORD), None)
+            return name, i, name == out
+        slots = tuple(map(slot, tuple(inputs) + ((out,) if out else ()) + tuple(positions)))
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            for name, i in slots:
+            for name, i, pair in slots:
                 value = kwargs[name] if name in kwargs else args[i] if i is not None and i < len(args) else None
-                if value is not None and any_foreign(value):
+                if any_foreign(value) if pair else is_foreign(value):
                     break
             else:
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            return _entry_call(fn, wrapper, signature, dict(bound.arguments), where)
-
-        def _entry_call(fn, wrapper, signature, arguments, where):
+            arguments = dict(bound.arguments)
             values = [arguments[n] for n in inputs]
             given_out = arguments[out] if out else None
             if grad_needed(values + [given_out]):
-                return _differentiate(wrapper, signature, arguments, given_out, where)
+                return differentiate(arguments, given_out)
             bridge = Bridge()
             for n in inputs:
                 arguments[n] = bridge.view(n, arguments[n])
@@ -420,19 +418,18 @@ def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
             call = signature.bind(**arguments)
             return bridge.finish(fn(*call.args, **call.kwargs), values)
 
-        def _differentiate(wrapper, signature, arguments, given_out, where):
+        def differentiate(arguments, given_out):
             if adjoint is None:
                 name = next(n for n in tuple(inputs) + ((out,) if out else ())
                             if getattr(arguments[n], "requires_grad", False))
                 raise ValueError(f"{where} is not differentiable, and {name} requires grad: call it under "
                                  f"torch.no_grad() or pass {name}.detach()")
             (name,) = inputs
-            x = arguments[name]
             for n in positions:
                 arguments[n] = _kept(arguments[n], n)
             inverse = arguments[adjoint]
 
-            def call(**changed):
+            def call(**changed):  # the wrapper again, on tensors: grad disabled in forward, kept in backward
                 bound = signature.bind(**dict(arguments, **changed))
                 return wrapper(*bound.args, **bound.kwargs)
 
@@ -442,7 +439,7 @@ def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
             def backward(g):
                 return call(**{name: g, out: None, adjoint: not inverse})
 
-            return _autograd().rotation(run, backward, (name,), (x,), (out,), (given_out,))
+            return _autograd().rotation(run, backward, (name,), (arguments[name],), (out,), (given_out,))
 
         return wrapper
     return decorate
