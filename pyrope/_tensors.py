@@ -303,14 +303,21 @@ def apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):
             return rope.apply(g, positions, offset=offset, seq_axis=seq_axis, inverse=True, angles=angles)
 
         return _autograd().rotation(run, adjoint, ("q", "k"), (q, k), ("out[0]", "out[1]"), outs)
-    bridge = Bridge()
-    qa, ka = bridge.view("q", q), bridge.view("k", k)
-    oa = None if out is None else (bridge.view("out[0]", outs[0]), bridge.view("out[1]", outs[1]))
-    for o in outs:
-        bridge.writes(o)
-    pa = bridge.view("positions", positions, data=False)
-    result = rope.apply_qk(qa, ka, pa, offset=offset, seq_axis=seq_axis, out=oa, angles=angles)
-    return bridge.finish(result, (q, k))
+    # as apply: each step spelled out, no Bridge (a decode step calls this once per layer)
+    qa = as_array("q", q) if is_foreign(q) else q
+    ka = as_array("k", k) if is_foreign(k) else k
+    qo, ko = outs
+    if out is not None:
+        out = (qa if qo is q else qo if qo is None or not is_foreign(qo) else as_array("out[0]", qo),
+               ka if ko is k else ko if ko is None or not is_foreign(ko) else as_array("out[1]", ko))
+    if positions is not None and is_foreign(positions):
+        positions = as_array("positions", positions, data=False)
+    results = rope.apply_qk(qa, ka, positions, offset=offset, seq_axis=seq_axis, out=out, angles=angles)
+    written = [o for o in outs if torch_of(o) is not None]
+    if written:  # written as torch's in-place ops write
+        sys.modules["torch"].autograd.graph.increment_version(written)
+    return tuple(o if o is not None else new_like(r, x) if is_foreign(x) else r
+                 for o, r, x in zip(outs, results, (q, k)))
 
 
 def cos_sin(rope, positions, dtype):
