@@ -10,7 +10,7 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
 """
 import numpy as np
 
-from . import _kernel, _plan
+from . import _kernel, _plan, _tensors
 from ._checks import MAX_POSITION, as_float_array, as_int
 from .errors import TypeError, ValueError
 
@@ -60,6 +60,7 @@ def _cache_array(name, value, dtype):
     return value
 
 
+@_tensors.entry(inputs=("input", "cos_cache", "sin_cache"), positions=("position_ids",))
 def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, interleaved=0,
                           rotary_embedding_dim=0, num_heads=0):
     """ONNX ``RotaryEmbedding`` (opset 23); returns a new array of the input's type.

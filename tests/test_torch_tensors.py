@@ -441,3 +441,35 @@ def test_empty_tensors_and_an_out_whose_last_axis_is_strided():
     assert_close(numpy_of(out), expected(rope, numpy_of(x), offset=4), numpy_of(x), rope, np.float32)
     y = rope.apply(out, offset=-4)                   # and as an input
     assert_close(numpy_of(y), expected(rope, numpy_of(out), offset=-4), numpy_of(out), rope, np.float32)
+
+
+# ---- the ONNX op ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_onnx_rotary_embedding_on_tensors(dtype):
+    """Tensor input, caches and position ids: a tensor of the input's type, equal to the
+    numpy call bit for bit and to the definition y = x0*cos - x1*sin, x0*sin + x1*cos
+    computed in float64 from the same (rounded) caches, within one rounding of T."""
+    x = rand(2, 4, 5, 16, dtype=dtype, seed=3)                  # [batch, heads, seq, head]
+    angles = torch.arange(32, dtype=torch.float64)[:, None] * 0.3 ** torch.arange(8, dtype=torch.float64)
+    cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+    position_ids = torch.tensor([[0, 3, 7, 30, 31], [5, 5, 1, 2, 9]])
+    y = pyrope.onnx_rotary_embedding(x, cos, sin, position_ids)
+    assert isinstance(y, torch.Tensor) and y.dtype is dtype and y.shape == x.shape
+    y_np = pyrope.onnx_rotary_embedding(as_numpy(x), as_numpy(cos), as_numpy(sin), position_ids.numpy())
+    np.testing.assert_array_equal(bits(y), y_np.view({2: np.int16, 4: np.int32}[y_np.itemsize]))
+    x64, c, s = x.double(), cos.double()[position_ids][:, None], sin.double()[position_ids][:, None]
+    x0, x1 = x64[..., :8], x64[..., 8:]
+    want = torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
+    unit = {torch.float32: 2.0**-23, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}[dtype]
+    bound = (unit + 4 * 2.0**-23) * (x0.abs() + x1.abs()).repeat(1, 1, 1, 2) + 2.0**-25
+    assert ((y.double() - want).abs() <= bound).all()
+
+
+def test_onnx_rotary_embedding_refuses_what_it_cannot_take():
+    cos = torch.ones(8, 4)
+    with pytest.raises(errors.TypeError, match="input"):
+        pyrope.onnx_rotary_embedding(_meta(1, 2, 3, 8), cos, cos, torch.zeros(1, 3, dtype=torch.int64))
+    x = rand(1, 2, 3, 8).requires_grad_()
+    with pytest.raises(errors.ValueError, match="input.*requires grad|requires grad.*input|not differentiable"):
+        pyrope.onnx_rotary_embedding(x, cos, cos, torch.zeros(1, 3, dtype=torch.int64))
