@@ -8,9 +8,10 @@ the rope and the positions. The patched ``apply_rotary_pos_emb`` finds the tag
 and rotates with pyrope; anything else (an unpatched model of the same family,
 a shape pyrope does not take) goes to transformers' own function.
 """
+import numpy as np
 import torch
 
-from .. import Rope, Resolved
+from .. import Resolved, Rope
 from . import _torch_glue as glue  # TEMPORARY: until pyrope takes torch tensors itself
 
 TAG = "_pyrope_rotation"
@@ -24,12 +25,16 @@ def _repeat(c, s):  # Cohere: each entry twice in a row (adjacent pairs)
     return torch.repeat_interleave(c, 2, dim=-1), torch.repeat_interleave(s, 2, dim=-1)
 
 
+def _half(c, s):  # gpt-oss: one entry per pair; apply splits the head in halves itself
+    return c, s
+
+
 def _gptj(c, s):  # GPT-J, CodeGen: (sin, cos), half width; apply repeats them pairwise
     return s, c
 
 
 # name -> (build the module's output from pyrope's half-width cos, sin; which output is "cos")
-FORMATS = {"cat": (_cat, 0), "repeat_interleave": (_repeat, 0), "gptj": (_gptj, 1)}
+FORMATS = {"cat": (_cat, 0), "repeat_interleave": (_repeat, 0), "half": (_half, 0), "gptj": (_gptj, 1)}
 
 
 def narrow(rope):
@@ -158,6 +163,7 @@ class RotaryHook:
             self.patch.fallbacks += 1
             extra = () if layer_type is None else (layer_type,)
             return self.original(x, position_ids, *extra)
-        positions = position_ids.detach().numpy().astype("int64", copy=False)
+        # a copy: the tables stand for the positions as they are now, whatever becomes of the tensor
+        positions = np.array(position_ids.detach().numpy(), dtype=np.int64)
         rope, narrow_rope = self.ropes_for(x, position_ids, positions, layer_type)
         return self.tables(x, positions, rope, narrow_rope)

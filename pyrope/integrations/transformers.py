@@ -33,7 +33,7 @@ import weakref
 
 import torch
 
-from ..errors import TypeError, ValueError
+from ..errors import RopeError, TypeError, ValueError
 from . import _hf_apply, _hf_rotary
 
 __all__ = ["patch", "unpatch", "Patch"]
@@ -214,7 +214,7 @@ def _check(name, rotary, module, kind, config):
             pos = torch.tensor([positions], dtype=torch.int64)
             try:
                 rope, narrow_rope = hook.ropes_for(x, pos, pos.numpy(), layer_type)
-            except Exception as exc:
+            except (RopeError, KeyError) as exc:
                 raise _refuse(name, f"Rope.from_hf_config(config{', layer_type=' + repr(layer_type) if layer_type else ''}) "
                                     f"failed: {exc}") from exc
             if rope.mrope_section is not None:
