@@ -142,7 +142,8 @@ def assert_identical(ref, got):
 
 
 class Counted:
-    """Counts Rope.apply / Rope.apply_qk calls, whoever makes them."""
+    """Counts Rope.apply / Rope.apply_qk calls on torch tensors, whoever makes them (pyrope
+    itself calls them again on the tensors' numpy views: those are not counted)."""
 
     def __init__(self, monkeypatch):
         self.calls = 0
@@ -152,7 +153,7 @@ class Counted:
 
     def _counting(self, method):
         def counted(rope, *args, **kwargs):
-            self.calls += 1
+            self.calls += isinstance(args[0], torch.Tensor)
             return method(rope, *args, **kwargs)
         return counted
 
@@ -395,6 +396,28 @@ def test_bfloat16_model_rotates_with_pyrope():
             got = model(ids).logits.float()
     assert p.calls == model.config.num_hidden_layers and p.fallbacks == 0
     assert float((ref - got).abs().max()) <= 0.05 * float(ref.abs().max())
+
+
+@pytest.mark.parametrize("case", ["llama", "phi3", "glm", "gptj"])
+def test_training_gradients_match(case):
+    """With grad enabled pyrope rotates through autograd (backward: the inverse rotation): every
+    parameter's gradient of the loss within 2**-15 of its largest entry (measured: up to 7.1e-6,
+    the float32 noise of these models' backward passes)."""
+    ids, mask = prompts()
+
+    def gradients(model):
+        model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+        return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+    ref = gradients(build(case))
+    model = build(case)
+    with hf_patch.patch(model) as p:
+        got = gradients(model)
+    assert p.calls == (2 if case == "gptj" else 1) * model.config.num_hidden_layers and p.fallbacks == 0
+    assert ref.keys() == got.keys()
+    for name, g in ref.items():
+        rel = float((g - got[name]).abs().max()) / float(g.abs().max())
+        assert rel <= 2.0 ** -15, f"{name}: {rel:.3g}"
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from .. import Resolved, Rope
-from . import _torch_glue as glue  # TEMPORARY: until pyrope takes torch tensors itself
 
 TAG = "_pyrope_rotation"
+SERVED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # what Rope.apply takes as tensors
 
 
 def _cat(c, s):  # rotate_half families: each half of the head gets the whole row
@@ -59,7 +59,7 @@ class Rotation:
     def _rope_for(self, x, seq_axis):
         """The rope that rotates ``x`` as transformers' apply would, or None
         (then transformers' own function runs, with pyrope's tables)."""
-        if x.ndim != 4 or not glue.served(x):
+        if x.ndim != 4 or x.dtype not in SERVED or x.device.type != "cpu" or x.layout != torch.strided:
             return None
         pos = self.positions
         if x.shape[seq_axis] != pos.shape[-1] or pos.shape[0] not in (1, x.shape[0]):
@@ -81,7 +81,7 @@ class Rotation:
         if rope is None or self._rope_for(k, seq_axis) is not rope:
             return None
         self.hook.patch.calls += 1
-        return glue.apply_qk(rope, q, k, self.positions, seq_axis)
+        return rope.apply_qk(q, k, self.positions, seq_axis=seq_axis)  # new tensors; autograd when needed
 
     def one(self, x):
         """GPT-J's ``apply_rotary_pos_emb(tensor, sin, cos)`` on ``[b, s, heads, d]``, or None."""
@@ -89,7 +89,7 @@ class Rotation:
         if rope is None:
             return None
         self.hook.patch.calls += 1
-        return glue.apply(rope, x, self.positions, -3)
+        return rope.apply(x, self.positions, seq_axis=-3)
 
 
 class RotaryHook:

@@ -14,7 +14,11 @@ embedding (left padding included: ``generate`` derives them from the
 attention mask). Dynamic NTK follows transformers' own stateful rule (the
 frequencies of the longest length since the last reset: the module's own
 update runs, so its state is what it would be unpatched) and LongRoPE
-switches to the long factors per call, as transformers does.
+switches to the long factors per call, as transformers does. q and k are the
+CPU torch tensors the attention passes (float32, float16, bfloat16, float64;
+the ``[batch, heads, seq, head_dim]`` views of the projections), rotated into
+new tensors as transformers' function returns them; with grad enabled the
+rotation is differentiable (its backward is the inverse rotation).
 
 How: the model's rotary-embedding module returns pyrope's exact tables in its
 own format, tagged with the rope and positions; the modeling module's
