@@ -420,6 +420,31 @@ def test_training_gradients_match(case):
         assert rel <= 2.0 ** -15, f"{name}: {rel:.3g}"
 
 
+README_EXAMPLE = """
+import torch, transformers
+from pyrope.integrations.transformers import patch, unpatch
+
+config = transformers.LlamaConfig(              # or AutoModelForCausalLM.from_pretrained(...)
+    hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+    intermediate_size=128, vocab_size=128,
+    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
+model = transformers.LlamaForCausalLM(config).eval()
+ids = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
+mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])     # the first prompt left-padded
+with patch(model) as p:                                      # q and k rotated by pyrope
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+assert p.calls == 2 * 8 and p.fallbacks == 0                 # 2 layers x 8 forward passes
+# leaving the block restores the model and transformers' apply_rotary_pos_emb;
+# p = patch(model) ... unpatch(model) (or p.unpatch()) does the same without a block
+"""
+
+
+def test_readme_example():
+    """The example proposed for README's "Using pyrope from transformers" runs as written."""
+    exec(compile(README_EXAMPLE, "README example", "exec"), {})
+
+
 if __name__ == "__main__":
     # python tests/test_transformers_patch.py: each case's largest logit difference, relative to the
     # largest logit: patched vs transformers, and transformers' own apply function on pyrope's exact
