@@ -15,6 +15,7 @@ import torch
 import pyrope
 from pyrope import PartialRotary, Rope, apply_varlen, cache, errors, layout, reference
 from tensor_oracle import BF16, assert_close, expected, numpy_of
+import readme_blocks
 
 DTYPES = {torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
           torch.bfloat16: BF16, torch.float64: np.dtype(np.float64)}
@@ -473,3 +474,9 @@ def test_onnx_rotary_embedding_refuses_what_it_cannot_take():
     x = rand(1, 2, 3, 8).requires_grad_()
     with pytest.raises(errors.ValueError, match="input.*requires grad|requires grad.*input|not differentiable"):
         pyrope.onnx_rotary_embedding(x, cos, cos, torch.zeros(1, 3, dtype=torch.int64))
+
+
+def test_readme_example():
+    """README's "torch tensors" example runs as written."""
+    (block,) = readme_blocks.code_blocks("### torch tensors")
+    exec(compile(block, "README example", "exec"), {})

@@ -35,6 +35,7 @@ import pytest
 
 from hf_families import SMALL
 from hf_peer import torch_and_transformers
+import readme_blocks
 
 import pyrope
 
@@ -420,29 +421,10 @@ def test_training_gradients_match(case):
         assert rel <= 2.0 ** -15, f"{name}: {rel:.3g}"
 
 
-README_EXAMPLE = """
-import torch, transformers
-from pyrope.integrations.transformers import patch, unpatch
-
-config = transformers.LlamaConfig(              # or AutoModelForCausalLM.from_pretrained(...)
-    hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
-    intermediate_size=128, vocab_size=128,
-    rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
-model = transformers.LlamaForCausalLM(config).eval()
-ids = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
-mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])     # the first prompt left-padded
-with patch(model) as p:                                      # q and k rotated by pyrope
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
-assert p.calls == 2 * 8 and p.fallbacks == 0                 # 2 layers x 8 forward passes
-# leaving the block restores the model and transformers' apply_rotary_pos_emb;
-# p = patch(model) ... unpatch(model) (or p.unpatch()) does the same without a block
-"""
-
-
 def test_readme_example():
-    """The example proposed for README's "Using pyrope from transformers" runs as written."""
-    exec(compile(README_EXAMPLE, "README example", "exec"), {})
+    """README's "A transformers model" example runs as written."""
+    (block,) = readme_blocks.code_blocks("### A transformers model")
+    exec(compile(block, "README example", "exec"), {})
 
 
 if __name__ == "__main__":
