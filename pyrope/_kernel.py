@@ -133,33 +133,80 @@ def supported_isas():
     return [name for code, name in enumerate(ISAS) if lib.rope_isa_supported(code)]
 
 
+# The choice is process-wide (C publishes one kernel table for every thread).
+# Python keeps what decides it, under one lock: the base choice (set_isa,
+# PYROPE_ISA, else the best supported) and the forced_isa blocks active in
+# any thread, in the order they were entered. The ISA in effect is always
+# the most recently entered active block's, or the base when none is active,
+# and it is republished whenever either changes. So blocks may overlap and
+# end in any order, in any threads: the last one to end restores the base.
+_isa_lock = threading.Lock()
+_isa_base = None      # the base choice, a name of ISAS (set at import, below)
+_isa_blocks = []      # [(token, name)] of the active forced_isa blocks, oldest first
+
+
+def _publish():
+    """Make the ISA the state says the one C uses (``_isa_lock`` held)."""
+    name = _isa_blocks[-1][1] if _isa_blocks else _isa_base
+    if lib.rope_set_isa(ISAS.index(name)) != lib.ROPE_OK:  # pragma: no cover - names are checked
+        raise ValueError(f"isa {name!r} is not supported on this CPU/OS")
+
+
 def get_isa():
     """The instruction set the kernels use now, e.g. ``"scalar"`` or ``"avx2"``."""
     return ISAS[lib.rope_get_isa()]
 
 
-def set_isa(name):
-    """Force an instruction set (a name of ``supported_isas()``) or ``"auto"`` for the best one.
-
-    Raises ``ValueError`` for an unknown name or one this machine cannot run.
-    """
-    if name == "auto":
-        name = supported_isas()[-1]
-    if name not in ISAS:
+def _isa_name(name):
+    """``name`` checked: a name of ``supported_isas()``, or ``"auto"`` for the best."""
+    if isinstance(name, str) and name == "auto":
+        return supported_isas()[-1]
+    if not isinstance(name, str) or name not in ISAS:
         raise ValueError(f"isa must be one of 'auto', {', '.join(map(repr, ISAS))}; got {name!r}")
-    if lib.rope_set_isa(ISAS.index(name)) != lib.ROPE_OK:
+    if not lib.rope_isa_supported(ISAS.index(name)):
         raise ValueError(f"isa {name!r} is not supported on this CPU/OS (supported: {supported_isas()})")
+    return name
+
+
+def set_isa(name):
+    """Choose the instruction set (a name of ``supported_isas()``) or ``"auto"`` for the best one.
+
+    Process-wide: every thread's calls use it. Inside ``forced_isa`` blocks
+    (in any thread) their ISA holds; this choice takes effect when the last
+    of them ends. Raises ``ValueError`` for an unknown name or one this
+    machine cannot run.
+    """
+    global _isa_base
+    name = _isa_name(name)
+    with _isa_lock:
+        _isa_base = name
+        _publish()
 
 
 @contextmanager
 def forced_isa(name):
-    """Context manager: run the body with ``set_isa(name)``, then restore the previous choice."""
-    previous = get_isa()
-    set_isa(name)
+    """Context manager: run the body with instruction set ``name`` (as :func:`set_isa` takes).
+
+    The choice is process-wide, not per thread: while a block is active,
+    every thread's calls use the ISA of the most recently entered active
+    block. Blocks may overlap across threads and end in any order: when one
+    ends, the ISA becomes that of the most recent block still active, and
+    when the last ends, the base choice (:func:`set_isa`, ``PYROPE_ISA``,
+    else the best) again, even if ``set_isa`` ran meanwhile. Overlapping
+    blocks of *different* ISAs in different threads therefore do not each
+    get their own; run such measurements one at a time.
+    """
+    name = _isa_name(name)
+    token = object()
+    with _isa_lock:
+        _isa_blocks.append((token, name))
+        _publish()
     try:
         yield
     finally:
-        set_isa(previous)
+        with _isa_lock:
+            _isa_blocks[:] = [b for b in _isa_blocks if b[0] is not token]
+            _publish()
 
 
 def _isa_from_environment():
@@ -172,6 +219,8 @@ def _isa_from_environment():
 
 
 _isa_from_environment()
+if _isa_base is None:
+    _isa_base = get_isa()   # C's own choice: the best supported
 
 
 # ---- threads -------------------------------------------------------------------
