@@ -8,8 +8,12 @@ of consecutive positions. A request inside the window is a lookup; a request
 outside grows the window (at least doubling it, so a decode loop rebuilds
 O(log n) times) or moves it, and a request wider than the bound is refused
 (the caller then builds rows just for that call or computes them on the
-fly). Rows are a pure function of (position, inv_freq, scale), so a row
-reads the same whichever window holds it.
+fly). A move drops rows, so it waits until the requests it would serve
+have been computed on the fly for as many rows as it builds (rent or buy):
+calls alternating between two distant ranges then build no more rows
+than they compute on the fly, instead of a whole window per call. Rows
+are a pure function of (position, inv_freq, scale), so a row reads the
+same whichever window holds it.
 
 Thread safety: a published window is an immutable tuple whose arrays are
 never written again; growing builds new arrays under a lock and publishes
@@ -36,7 +40,7 @@ class TableCache:
     ``[start, stop)`` of positions."""
 
     __slots__ = ("_inv_freq", "_scale", "_lock", "window", "max_rows", "_inv_freq_ptr", "on_the_fly",
-                 "dtype")
+                 "dtype", "_rented")
 
     def __init__(self, inv_freq, scale, dtype=np.float32):
         self._inv_freq = inv_freq
@@ -46,6 +50,7 @@ class TableCache:
         half = max(int(inv_freq.shape[0]), 1)
         self.max_rows = max(MAX_TABLE_BYTES // (2 * self.dtype.itemsize * half), MIN_ROWS)
         self.window = None  # a Window: replaced, never mutated
+        self._rented = 0    # rows computed on the fly since a move was refused (lookup)
         (self._inv_freq_ptr,) = _kernel.float_pointers(inv_freq)
         self.on_the_fly = _kernel.angle_template(self._inv_freq_ptr, scale)  # no rows: made per token
 
@@ -60,10 +65,12 @@ class TableCache:
         """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
         return (TableCache, (self._inv_freq, self._scale, self.dtype))
 
-    def lookup(self, lo, hi, where="positions"):
+    def lookup(self, lo, hi, where="positions", tokens=1):
         """A ``Window`` covering positions ``lo..hi-1``, or None when that span
-        is wider than the bound. ``where``: the user's argument that holds the
-        positions, named if building rows fails."""
+        is wider than the bound, or when serving it would move the window
+        away from rows not yet paid for (below). ``where``: the user's
+        argument that holds the positions, named if building rows fails;
+        ``tokens``: the rows the caller computes on the fly if refused."""
         w = self.window
         if w is not None and w.start <= lo and hi <= w.stop:
             return w
@@ -73,10 +80,25 @@ class TableCache:
             w = self.window
             if w is not None and w.start <= lo and hi <= w.stop:
                 return w
+            if w is not None and max(hi, w.stop) - min(lo, w.start) > self.max_rows:
+                # Serving lo..hi-1 moves the window (its rows beyond the bound
+                # are dropped). Rent or buy: such calls are computed on the fly
+                # until they have cost as many rows as the move builds, so calls
+                # alternating between distant or wide ranges build at most one
+                # window per that many rows served, never one per call (a
+                # decode running off the window's end waits 64 tokens).
+                self._rented += tokens
+                start, stop = self._size(w, lo, hi)
+                if self._rented < stop - start:
+                    return None
+            self._rented = 0
             self.window = w = self._grown(w, lo, hi, where)
             return w
 
-    def _grown(self, w, lo, hi, where):
+    def _size(self, w, lo, hi):
+        """``(start, stop)`` of the window that serves ``lo..hi-1`` after window
+        ``w`` (None: no window yet): grown to cover both while that fits the
+        bound (at least doubling), else moved to ``lo``."""
         limit = self.max_rows
         if w is not None and max(hi, w[1]) - min(lo, w[0]) <= limit:
             start, stop = min(lo, w[0]), max(hi, w[1])
@@ -92,6 +114,10 @@ class TableCache:
             start, stop = max(start - (stop - MAX_POSITION - 1), -MAX_POSITION), MAX_POSITION + 1
         if start < -MAX_POSITION:
             start, stop = -MAX_POSITION, min(stop + (-MAX_POSITION - start), MAX_POSITION + 1)
+        return start, stop
+
+    def _grown(self, w, lo, hi, where):
+        start, stop = self._size(w, lo, hi)
         n, half = stop - start, self._inv_freq.shape[0]
         cos = np.empty((n, half), dtype=self.dtype)
         sin = np.empty((n, half), dtype=self.dtype)

@@ -294,7 +294,8 @@ class Rope:
             lo, hi = offset, offset + n_seq
         else:
             lo, hi = int(positions.min()), int(positions.max()) + 1
-        window = tables.lookup(lo, hi, "offset" if positions is None else "positions")
+        window = tables.lookup(lo, hi, "offset" if positions is None else "positions",
+                               n_seq if positions is None else positions.size)
         if window is not None:
             return window.angles, positions, window
         if angles == "auto" and otf_ok:

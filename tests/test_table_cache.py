@@ -73,7 +73,9 @@ def test_cache_is_bounded_and_wide_spans_go_on_the_fly(rng, monkeypatch):
     assert rope._tables.window is None
     assert np.array_equal(bits(wide), bits(rope.apply(x, offset=1000, angles="table")))
     for start in (0, 50, 10**6, 2**31 - 1 - 80):          # windows move, never exceed the bound
-        rope.apply(x[:, :80], offset=start)
+        want = rope.apply(x[:, :80], offset=start, angles="on_the_fly")
+        for _ in range(2):   # a move waits until the calls it serves have computed its rows on the fly
+            assert np.array_equal(bits(rope.apply(x[:, :80], offset=start)), bits(want))
         w = rope._tables.window
         assert w[0] <= start and start + 80 <= w[1] and w[1] - w[0] <= 100
         assert w[1] - 1 <= 2**31 - 1
@@ -84,7 +86,8 @@ def test_cache_window_math_at_the_edges():
     cache.max_rows = 64
     w = cache.lookup(2**31 - 10, 2**31)
     assert w[1] == 2**31 and w[0] <= 2**31 - 10 and w[2].shape == (w[1] - w[0], 2)
-    w = cache.lookup(-(2**31 - 1), -(2**31 - 1) + 5)
+    assert cache.lookup(-(2**31 - 1), -(2**31 - 1) + 5) is None    # a move: not paid for yet
+    w = cache.lookup(-(2**31 - 1), -(2**31 - 1) + 5, tokens=64)
     assert w[0] == -(2**31 - 1)
     assert cache.lookup(0, 65) is None
 
@@ -139,7 +142,7 @@ def test_windows_hold_the_reference_rows_as_they_grow_and_move(isa, scale):
     previous = None
     for lo, hi in spans:
         kept = None if previous is None else (previous.cos.copy(), previous.sin.copy())
-        w = cache.lookup(lo, hi)
+        w = cache.lookup(lo, hi, tokens=cache.max_rows)   # a call that pays for any move at once
         assert w is cache.window and w.start <= lo and hi <= w.stop, (lo, hi, w.start, w.stop)
         assert w.stop - w.start <= cache.max_rows and -MAX_POS <= w.start and w.stop <= MAX_POS + 1
         assert_window_exact(w, FREQS, scale)
@@ -176,7 +179,8 @@ def test_growth_at_least_doubles_and_refuses_wide_spans():
         assert nxt.stop == w.stop and nxt.stop - nxt.start >= 2 * (w.stop - w.start)   # slack behind
     w = cache.window
     assert cache.lookup(0, cache.max_rows + 1) is None and cache.window is w
-    assert cache.lookup(10**6, 10**6 + cache.max_rows) is not None     # exactly the bound: fits
+    # exactly the bound fits; a call of that many tokens pays for its move at once
+    assert cache.lookup(10**6, 10**6 + cache.max_rows, tokens=cache.max_rows) is not None
 
 
 @pytest.mark.parametrize("half", [1, 3, 64, 550, 1 << 20])
@@ -195,9 +199,11 @@ def test_a_rope_never_caches_more_than_the_bound(rng):
     bound = rope._tables.max_rows
     x = rng.standard_normal((1, 1, 1, 128)).astype(np.float32)
     for offset in (0, bound - 1, 3 * bound, bound // 2, 10**9):
-        rope.apply(x, offset=offset)
-        w = rope._tables.window
-        assert w.cos.nbytes + w.sin.nbytes <= MAX_TABLE_BYTES and w.start <= offset < w.stop
+        for _ in range(MIN_ROWS):   # moves wait for MIN_ROWS tokens computed on the fly
+            rope.apply(x, offset=offset)
+            w = rope._tables.window
+            assert w.cos.nbytes + w.sin.nbytes <= MAX_TABLE_BYTES
+        assert w.start <= offset < w.stop
 
 
 def test_table_caches_pickle_and_copy_empty():
@@ -225,7 +231,7 @@ def test_concurrent_lookups_all_get_covering_exact_windows(rng):
     def work(mine):
         start.wait()
         for lo, hi in mine:
-            w = cache.lookup(lo, hi)
+            w = cache.lookup(lo, hi, tokens=512)   # moves at once, as often as the spans ask
             rows = slice(lo - w.start, hi - w.start)
             if not (w.start <= lo and hi <= w.stop and w.stop - w.start <= 512
                     and ulps(w.cos[rows], exact_c[lo + 600:hi + 600]).max() <= 0.5 + 1e-6
@@ -238,3 +244,52 @@ def test_concurrent_lookups_all_get_covering_exact_windows(rng):
     for t in ts:
         t.join()
     assert not failures
+
+
+# ---- no thrash: calls alternating between distant ranges -------------------------------------
+
+def count_rows_built(monkeypatch):
+    """Rows the table cache builds from now on (every window is built by
+    ``_kernel.cos_sin_range``), as a list of row counts."""
+    from pyrope import _kernel
+    built, real = [], _kernel.cos_sin_range
+
+    def counting(start, n_pos, *args, **kwargs):
+        built.append(n_pos)
+        return real(start, n_pos, *args, **kwargs)
+    monkeypatch.setattr(_kernel, "cos_sin_range", counting)
+    return built
+
+
+@pytest.mark.parametrize("spans", [
+    ([0, 40000], [100000, 140000]),        # two tokens each, spans that need a 32 MiB window
+    ([0, 40000], [30000, 70000]),          # overlapping wide spans, together past the bound
+    ([5], [10**6]),                        # one token each, far apart
+    ([5, 6, 7, 8], [2**31 - 9, 2**31 - 8, 2**31 - 7, 2**31 - 6]),
+])
+def test_alternating_ranges_do_not_rebuild_a_table_per_call(rng, monkeypatch, spans):
+    rope = Rope(128, layout="split_half")
+    bound = rope._tables.max_rows   # 65536 rows of 64 pairs: 32 MiB
+    n = len(spans[0])
+    x = rng.standard_normal((n, 2, 128)).astype(np.float32)
+    want = [rope.apply(x, p, angles="on_the_fly") for p in spans]
+    built = count_rows_built(monkeypatch)
+    calls = 400
+    for i in range(calls):
+        got = rope.apply(x, spans[i % 2])
+        assert np.array_equal(bits(got), bits(want[i % 2]))
+    # the first window, then at most as many rows as the calls computed on the fly
+    assert built[0] <= bound and sum(built) - built[0] <= calls * n, (len(built), sum(built))
+
+
+def test_a_decode_past_a_full_window_slides_it(rng, monkeypatch):
+    rope = Rope(128, layout="split_half")
+    bound = rope._tables.max_rows
+    x = rng.standard_normal((1, 2, 128)).astype(np.float32)
+    rope.apply(np.zeros((bound, 1, 128), np.float32), offset=0)   # a window at the bound: [0, bound)
+    assert (rope._tables.window.start, rope._tables.window.stop) == (0, bound)
+    built = count_rows_built(monkeypatch)
+    for p in range(bound, bound + 200):                           # decode on past its end
+        assert np.array_equal(bits(rope.apply(x, offset=p)), bits(rope.apply(x, offset=p, angles="on_the_fly")))
+    w = rope._tables.window
+    assert w.start <= bound + 199 < w.stop and sum(built) <= 4 * MIN_ROWS   # moved once, then grew
