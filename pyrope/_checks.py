@@ -6,6 +6,7 @@ and raises before anything is computed or written.
 import builtins
 import math
 import operator
+import sys
 
 import numpy as np
 
@@ -76,11 +77,20 @@ def as_int(name, value):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
 
 
+# Largest head_dim (and rotary_dim): a Rope's cached rows stay within their
+# 32 MiB bound (_table_cache: at least 64 float64 rows of head_dim/2 pairs,
+# cos and sin), and what a Rope allocates for its frequencies is bounded by
+# it, whatever number a config holds. 64x the largest head of any model.
+MAX_HEAD_DIM = 65536
+
+
 def as_even_dim(name, value):
-    """A positive even integer (head_dim, rotary_dim)."""
+    """A positive even integer (head_dim, rotary_dim) up to ``MAX_HEAD_DIM``."""
     value = as_int(name, value)
     if value <= 0 or value % 2:
         raise ValueError(f"{name} must be a positive even integer, got {value}")
+    if value > MAX_HEAD_DIM:
+        raise ValueError(f"{name} must be at most {MAX_HEAD_DIM}, got {value}")
     return value
 
 
@@ -105,26 +115,93 @@ def as_layout(value):
     return value
 
 
+def _size(nbytes):
+    """``nbytes`` for a message: ``"16.0 GiB"``."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if nbytes < 1024 or unit == "PiB":
+            return f"{nbytes} bytes" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+
+
+def allocate(name, shape, dtype, what="the result"):
+    """``np.empty(shape, dtype)``; an array this process cannot allocate (or
+    that exceeds the address space) is a ``ValueError`` naming ``name``, the
+    argument whose size asked for it, never numpy's ``MemoryError``."""
+    try:
+        return np.empty(shape, dtype)
+    except (builtins.MemoryError, builtins.ValueError):
+        raise too_large(name, shape, dtype, what) from None
+
+
+def too_large(name, shape, dtype, what="the result"):
+    """The refusal :func:`allocate` raises (for callers that allocate otherwise)."""
+    nbytes = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
+    return ValueError(f"{name}: {what} of shape {tuple(shape)} ({np.dtype(dtype).name}, {_size(nbytes)}) "
+                      f"cannot be allocated")
+
+
+def refuse_masked(name, value):
+    """A numpy masked array's mask would be ignored (the kernel reads the data
+    under it): refused, naming the argument."""
+    ma = sys.modules.get("numpy.ma")   # a masked array exists only once numpy.ma is imported
+    if ma is not None and isinstance(value, ma.MaskedArray):
+        raise TypeError(f"{name} must not be a masked array (numpy.ma): pyrope would read the values "
+                        f"under its mask; pass numpy.ma.getdata({name}) or fill the masked entries first")
+
+
+def _all_python_ints(value):
+    """Does the nested sequence ``value`` hold only integers (no bools)? Asked
+    only after numpy made floats or objects of it: then they exceed int64."""
+    try:
+        flat = np.asarray(value, dtype=object).reshape(-1)
+    except (builtins.ValueError, builtins.TypeError):
+        return False
+    return flat.size > 0 and all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                                 for v in flat)
+
+
 def as_positions(name, value):
     """An int64 array of token positions, each within +-MAX_POSITION (pyrope.h).
 
     Accepts integer arrays (also CPU torch tensors and DLPack objects),
-    Python ints and nested lists of ints; floats,
-    bools, objects and values beyond int64 are refused, never cast.
+    Python ints and nested lists of ints; floats, bools, objects and masked
+    arrays are a ``TypeError``, ragged lists a ``ValueError``, integers beyond
+    int64 an ``OverflowError``, positions past +-MAX_POSITION a
+    ``ValueError``: never cast. (:func:`positions_array` then
+    :func:`checked_positions`, for callers that check shapes in between.)
     """
+    return checked_positions(name, positions_array(name, value))
+
+
+def positions_array(name, value):
+    """``value`` as an integer ndarray (a view where it can be), its dtype
+    checked but not its values: shapes can be checked before the values are
+    read (see :func:`as_positions` for what is refused)."""
     if isinstance(value, np.ndarray):
-        arr = value
+        refuse_masked(name, value)
+        arr = value if type(value) is np.ndarray else np.asarray(value)   # np.matrix, memmap: the plain array
     elif is_foreign(value):   # a torch int tensor, a DLPack array: viewed, not copied
         arr = as_array(name, value, data=False)
     else:
         try:
             arr = np.asarray(value)
-        except (builtins.OverflowError, builtins.ValueError):
-            raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got {value!r}") from None
+        except builtins.OverflowError:
+            raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got {value!r:.200}") from None
+        except builtins.ValueError:   # numpy: "inhomogeneous shape"
+            raise ValueError(f"{name} must be a rectangular integer array, got a ragged nested sequence "
+                             f"{value!r:.200}") from None
+        if arr.dtype.kind in "fO" and _all_python_ints(value):   # numpy 2 makes [2**63, 0] float64
+            raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got values beyond int64")
     if arr.dtype == np.bool_ or arr.dtype.kind not in "iu":
         if arr.dtype == object and arr.size and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
             raise OverflowError(f"{name} must hold integers within {POSITION_LIMIT}, got values beyond int64")
         raise TypeError(f"{name} must be an integer array (int8..int64, uint8..uint64), got dtype {arr.dtype}")
+    return arr
+
+
+def checked_positions(name, arr):
+    """Integer ndarray ``arr`` (from :func:`positions_array`) as int64, each
+    value within +-MAX_POSITION (else ``OverflowError``/``ValueError``)."""
     if arr.size:
         lo, hi = int(arr.min()), int(arr.max())
         if hi > np.iinfo(np.int64).max:
@@ -141,6 +218,7 @@ def as_float_array(name, value, dtypes, accepted=None):
     ``accepted``: how the message names the dtypes (default: their names)."""
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(value).__name__}")
+    refuse_masked(name, value)
     if not any(value.dtype == d for d in dtypes):
         accepted = accepted or ", ".join(np.dtype(d).name for d in dtypes)
         raise TypeError(f"{name} must have dtype {accepted} (native byte order), got {value.dtype.str} ({value.dtype})")

@@ -294,14 +294,15 @@ def empty_tables(n_pos, n_freq, dtype):
     return both[0], both[1]
 
 
-def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="positions"):
+def cos_sin_table(positions, inv_freq, scale, dtype=np.float32, where="positions", tables=None):
     """(cos, sin) of shape [len(positions), len(inv_freq)] for C-contiguous int64
     positions, float32 (correctly rounded) or float64 (4 ulp contract). ``where``
-    names the user's argument the positions came from, for error messages."""
+    names the user's argument the positions came from, for error messages;
+    ``tables``: the two arrays to fill (from :func:`empty_tables`), else new ones."""
     n_pos, n_freq = positions.shape[0], inv_freq.shape[0]
     wide = np.dtype(dtype) == np.float64
     fn = lib.rope_cos_sin_f64 if wide else lib.rope_cos_sin_f32
-    cos, sin = empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
+    cos, sin = tables if tables is not None else empty_tables(n_pos, n_freq, np.float64 if wide else np.float32)
     ctype = "double" if wide else "float"
     status = fn(pointer(positions, ctype="int64_t"), n_pos, pointer(inv_freq, ctype="double"), n_freq, scale,
                 pointer(cos, True, ctype), pointer(sin, True, ctype))

@@ -12,10 +12,13 @@ overlapping arguments mean: results are as if nothing overlapped, or a
 Plans of contiguous arrays are memoised by shape (:func:`direct_call`), so a
 repeated decode call costs a dict lookup, not a plan.
 """
+import builtins
+import math
+
 import numpy as np
 
 from . import _kernel
-from ._checks import as_positions
+from ._checks import checked_positions, positions_array, too_large
 from .errors import ValueError
 
 
@@ -86,6 +89,8 @@ def self_overlapping(a):
         extent += stride * (n - 1)
     else:
         return False
+    if a.size == 0:
+        return False  # no element (whatever the other axes' lengths)
     if a.size > _ENUMERATE_LIMIT:
         return True  # cannot be shown apart: treated as overlapping
     offsets = np.zeros(1, dtype=np.int64)
@@ -128,36 +133,54 @@ def resolve_overlaps(items):
 
 # ---- positions ---------------------------------------------------------------------
 
-def positions_2d(positions, batch_shape, n_seq):
-    """Positions as a C-contiguous, aligned int64 ``[B or 1, seq]`` array."""
-    pos = as_positions("positions", positions)
+def positions_2d(positions, batch_shape, n_seq, materialize=True):
+    """Positions as a C-contiguous, aligned int64 ``[B or 1, seq]`` array.
+
+    Shapes are checked before any value is read, so a call's work is bounded
+    by its arrays, whatever positions it is given; positions the same for
+    every batch row stay one row (read with batch stride 0). ``materialize``
+    False: check only and return None (a call with nothing to rotate)."""
+    pos = positions_array("positions", positions)
     if pos.ndim == 0 or pos.shape[-1] != n_seq:
         raise ValueError(f"positions must have shape [seq] or [*batch, seq] with seq={n_seq}, got {pos.shape}")
-    if pos.ndim == 1:
+    target = tuple(batch_shape) + (n_seq,)
+    if pos.ndim > 1:
+        try:
+            if pos.ndim > len(target) or np.broadcast_shapes(pos.shape, target) != target:
+                raise builtins.ValueError
+        except builtins.ValueError:
+            raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
+                             f"and seq {n_seq}") from None
+    pos = checked_positions("positions", pos)
+    if not materialize:
+        return None
+    if math.prod(pos.shape[:-1]) == 1:   # one row for every batch row
         return np.require(pos.reshape(1, n_seq), np.int64, ("C", "A"))
-    try:
-        full = np.broadcast_to(pos, tuple(batch_shape) + (n_seq,))
-    except Exception:
-        raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
-                         f"and seq {n_seq}") from None
-    return np.require(full.reshape(int(np.prod(batch_shape, dtype=np.int64)), n_seq), np.int64, ("C", "A"))
+    full = np.broadcast_to(pos, target)
+    return np.require(full.reshape(math.prod(batch_shape), n_seq), np.int64, ("C", "A"))
 
 
-def section_positions(positions, k, batch_shape, n_seq):
+def section_positions(positions, k, batch_shape, n_seq, materialize=True):
     """Sectioned positions ``[k, seq]`` or ``[k, *batch, seq]`` as a C-contiguous,
-    aligned int64 ``[k, B or 1, seq]`` array."""
-    pos = as_positions("positions", positions)
+    aligned int64 ``[k, B or 1, seq]`` array (shapes checked first, as in
+    :func:`positions_2d`; ``materialize`` False: check only, return None)."""
+    pos = positions_array("positions", positions)
     if pos.shape[-1] != n_seq:
         raise ValueError(f"positions must have shape [{k}, seq] or [{k}, *batch, seq] with seq={n_seq} "
                          f"(one row per position component), got {pos.shape}")
     inner = pos.shape[1:-1]
+    target = (k,) + (tuple(batch_shape) if inner else ()) + (n_seq,)
     try:
-        full = np.broadcast_to(pos, (k,) + (tuple(batch_shape) if inner else ()) + (n_seq,))
-    except Exception:
+        if len(pos.shape) > len(target) or np.broadcast_shapes(pos.shape, target) != target:
+            raise builtins.ValueError
+    except builtins.ValueError:
         raise ValueError(f"positions shape {pos.shape} does not match {k} components, batch "
                          f"{tuple(batch_shape)} and seq {n_seq}") from None
-    rows = int(np.prod(batch_shape, dtype=np.int64)) if inner else 1
-    return np.require(full.reshape(k, rows, n_seq), np.int64, ("C", "A"))
+    pos = checked_positions("positions", pos)
+    if not materialize:
+        return None
+    rows = math.prod(batch_shape) if inner else 1
+    return np.require(np.broadcast_to(pos, target).reshape(k, rows, n_seq), np.int64, ("C", "A"))
 
 
 def position_strides(positions):
@@ -192,6 +215,22 @@ class Plan:
         return self.outputs
 
 
+def _empty_like(name, a):
+    """``np.empty_like(a)``; one too large to allocate is a ValueError naming ``name``."""
+    try:
+        return np.empty_like(a)
+    except (MemoryError, builtins.ValueError):
+        raise too_large(name, a.shape, a.dtype) from None
+
+
+def _c_copy(name, a):
+    """A C-contiguous copy of ``a`` (a temporary), refused as :func:`_empty_like` refuses."""
+    try:
+        return np.array(a, order="C")
+    except (MemoryError, builtins.ValueError):
+        raise too_large(name, a.shape, a.dtype, "a contiguous copy") from None
+
+
 def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     """Plan the rotation of validated ``items`` ``[(name, x, out, out_name)]``
     (arrays of one dtype sharing batch and sequence dims; see
@@ -200,7 +239,7 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     plan = Plan()
     plan.buffers, plan.write_back, plan.outputs = [], [], []
     for (name, x, out, _), src in zip(items, sources):
-        result = out if out is not None else np.empty_like(x)
+        result = out if out is not None else _empty_like(name, x)
         in_place = out is not None and src is x and same_memory(x, out)
         s_tok, d_tok = token_view(src, seq_axis), token_view(result, seq_axis)
         s4 = as_4d(s_tok) if kernel_friendly(s_tok) else None
@@ -208,11 +247,11 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
         if d4 is None:
             # The result cannot be addressed: rotate a contiguous copy in place
             # and write it back (one numpy copy, on this thread).
-            tmp = np.array(s_tok, order="C")
+            tmp = _c_copy(name, s_tok)
             s4 = d4 = as_4d(tmp)
             plan.write_back.append((d_tok, tmp))
         elif s4 is None:
-            s4 = as_4d(np.array(s_tok, order="C"))
+            s4 = as_4d(_c_copy(name, s_tok))
         plan.buffers.append((s4, d4))
         plan.outputs.append(result)
     first = plan.buffers[0][0]
@@ -315,8 +354,11 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
             return None, f"q and k have other tokens (shapes {first.shape} and {a.shape})"
     tensors, firsts = [], []
     for i, (name, x, out) in enumerate(zip(names, arrays, outs)):
-        result = fresh_result(x) if out is None else out
         out_name = "out" if len(arrays) == 1 else f"out[{i}]"
+        try:
+            result = fresh_result(x) if out is None else out
+        except (MemoryError, builtins.ValueError):   # the general path names the argument
+            return None, f"a new array for {name} of shape {x.shape} cannot be allocated"
         for what, a in ((name, x), (out_name, result)):
             if not _addressable(a):
                 return None, (f"{what} (strides {a.strides}) needs a copy: its last axis is not contiguous "

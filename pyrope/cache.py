@@ -25,7 +25,8 @@ import numpy as np
 
 from . import _kernel
 from ._tensors import entry
-from ._checks import MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, as_positions, scale_problem
+from ._checks import (MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, checked_positions, positions_array,
+                      scale_problem)
 from ._explicit import explicit_rope, unit_twin
 from ._sections import is_sectioned
 from .errors import TypeError, ValueError
@@ -73,23 +74,27 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     """
     if not isinstance(rope, _rope_type()):
         raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
-    src = as_positions("from_positions", from_positions)
-    dst = as_positions("to_positions", to_positions)
+    batch_shape, n_seq = _token_shape(rope, k, seq_axis)
+    # Shapes first, values next, the delta last: nothing is made larger than k's tokens.
+    src = positions_array("from_positions", from_positions)
+    dst = positions_array("to_positions", to_positions)
     try:
-        src, dst = np.broadcast_arrays(src, dst)
+        shape = np.broadcast_shapes(src.shape, dst.shape)
     except builtins.ValueError:
         raise ValueError(f"from_positions {src.shape} and to_positions {dst.shape} must broadcast "
                          f"to one shape") from None
+    sectioned = rope.mrope_section is not None and is_sectioned(
+        np.broadcast_to(src, shape), len(rope.mrope_section), batch_shape)
+    lead = shape[1:-1] if sectioned else shape[:-1]
+    if not shape or shape[-1] != n_seq or not _broadcasts(lead, batch_shape):
+        raise ValueError(f"from_positions and to_positions must have shape [seq] or [*batch, seq] with "
+                         f"seq={n_seq} and batch {tuple(batch_shape)} of k {k.shape}, got {shape}")
+    src = checked_positions("from_positions", src)
+    dst = checked_positions("to_positions", dst)
     delta = dst - src
     if delta.size and int(np.max(np.abs(delta))) > MAX_POSITION:
         raise ValueError(f"to_positions - from_positions must lie within {POSITION_LIMIT}, got "
                          f"{int(delta.reshape(-1)[np.argmax(np.abs(delta))])}")
-    batch_shape, n_seq = _token_shape(rope, k, seq_axis)
-    sectioned = rope.mrope_section is not None and is_sectioned(delta, len(rope.mrope_section), batch_shape)
-    lead = delta.shape[1:-1] if sectioned else delta.shape[:-1]
-    if delta.ndim == 0 or delta.shape[-1] != n_seq or not _broadcasts(lead, batch_shape):
-        raise ValueError(f"from_positions and to_positions must have shape [seq] or [*batch, seq] with "
-                         f"seq={n_seq} and batch {tuple(batch_shape)} of k {k.shape}, got {delta.shape}")
     if not k.flags.writeable:
         raise ValueError("k is read-only (rerotate works in place)")
     return unit_twin(rope).apply(k, positions=delta, seq_axis=seq_axis, out=k)
@@ -128,6 +133,8 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
         as_float_array("out", out, (k.dtype,))
         if out.shape != k.shape:
             raise ValueError(f"out must have the shape of k {k.shape}, got {out.shape}")
+        if not out.flags.writeable:
+            raise ValueError("out is read-only")
     forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
         to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,
         rule="conversion", mrope_section=to_rope.mrope_section, mrope_interleaved=to_rope.mrope_interleaved)

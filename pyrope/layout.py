@@ -59,10 +59,11 @@ def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=N
     num_heads = as_int("num_heads", num_heads)
     if num_heads <= 0:
         raise ValueError(f"num_heads must be positive, got {num_heads}")
-    perm = permutation(head_dim, from_layout, to_layout, rotary_dim)
-    if w.ndim < 1 or w.shape[0] != num_heads * head_dim:
+    head_dim = as_even_dim("head_dim", head_dim)
+    if w.ndim < 1 or w.shape[0] != num_heads * head_dim:   # before the index, which is w.shape[0] long
         raise ValueError(f"w.shape[0] must equal num_heads * head_dim = {num_heads} * {head_dim} = "
                          f"{num_heads * head_dim}, got shape {w.shape}")
+    perm = permutation(head_dim, from_layout, to_layout, rotary_dim)
     rows = (np.arange(num_heads, dtype=np.int64)[:, None] * head_dim + perm[None, :]).reshape(-1)
     return restore(w[_index(w, rows)], given)
 

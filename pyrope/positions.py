@@ -26,11 +26,13 @@ position components per token (temporal, height, width):
 ``multimodal_positions`` computes them from the segment layout.
 """
 import builtins
+import math
 import operator
 
 import numpy as np
 
-from ._checks import MAX_POSITION, as_even_dim, as_int, as_positions
+from ._checks import (MAX_POSITION, allocate, as_bool, as_even_dim, as_int, as_positions, refuse_masked,
+                      too_large)
 from ._explicit import explicit_rope
 from ._tensors import entry
 from .errors import TypeError, ValueError
@@ -53,17 +55,9 @@ def _as_cu_seqlens(cu_seqlens):
     return cu
 
 
-def varlen_positions(cu_seqlens, offsets=None):
-    """Per-token positions int64 ``[cu_seqlens[-1]]`` of a packed batch.
-
-    ``cu_seqlens``: integer ``[n_seqs + 1]``, starting at 0, non-decreasing
-    (sequence ``s`` is tokens ``cu_seqlens[s]:cu_seqlens[s+1]``).
-    ``offsets``: ``None`` (each sequence starts at position 0) or integer
-    ``[n_seqs]``, the position of each sequence's first packed token (its
-    cached prefix length when prefilling a continuation). Raises
-    ``ValueError`` naming the argument for malformed input or positions past
-    +-(2**31 - 1).
-    """
+def _varlen_checked(cu_seqlens, offsets):
+    """``(cu, offsets, lengths)`` of a packed batch, every check made and
+    nothing allocated beyond the size of the arguments themselves."""
     cu = _as_cu_seqlens(cu_seqlens)
     n_seqs = cu.size - 1
     lengths = np.diff(cu)
@@ -77,16 +71,46 @@ def varlen_positions(cu_seqlens, offsets=None):
     if n_seqs and np.any(last > MAX_POSITION):
         s = int(np.argmax(last > MAX_POSITION))
         raise ValueError(f"offsets[{s}] + length - 1 must stay within {MAX_POSITION}, got {int(last[s])}")
+    return cu, off, lengths
+
+
+def _varlen_built(cu, off, lengths):
+    """The positions of checked ``_varlen_checked`` arguments: one int64 array
+    of ``cu[-1]`` tokens, and nothing else as large."""
     total = int(cu[-1])
-    # position of token t in sequence s: offsets[s] + (t - cu[s])
-    starts = np.repeat(off - cu[:-1], lengths)
-    return np.arange(total, dtype=np.int64) + starts
+    positions = allocate("cu_seqlens", (total,), np.int64, f"the positions of cu_seqlens[-1]={total} tokens")
+    if total:
+        # position of token t in sequence s: offsets[s] + (t - cu[s]), built as
+        # the running sum of its steps: +1 within a sequence, a jump at each start
+        positions.fill(1)
+        keep = lengths > 0
+        starts, first, ends = cu[:-1][keep], off[keep], (off + lengths - 1)[keep]
+        positions[starts] = first - np.concatenate(([0], ends[:-1]))
+        np.cumsum(positions, out=positions)
+    return positions
+
+
+def varlen_positions(cu_seqlens, offsets=None):
+    """Per-token positions int64 ``[cu_seqlens[-1]]`` of a packed batch.
+
+    ``cu_seqlens``: integer ``[n_seqs + 1]``, starting at 0, non-decreasing
+    (sequence ``s`` is tokens ``cu_seqlens[s]:cu_seqlens[s+1]``).
+    ``offsets``: ``None`` (each sequence starts at position 0) or integer
+    ``[n_seqs]``, the position of each sequence's first packed token (its
+    cached prefix length when prefilling a continuation). Raises
+    ``ValueError`` naming the argument for malformed input or positions past
+    +-(2**31 - 1). The result is the only array as large as the token count.
+    """
+    return _varlen_built(*_varlen_checked(cu_seqlens, offsets))
 
 
 def sequence_ids(cu_seqlens):
     """int64 ``[total_tokens]``: the index of the sequence each packed token belongs to."""
     cu = _as_cu_seqlens(cu_seqlens)
-    return np.repeat(np.arange(cu.size - 1, dtype=np.int64), np.diff(cu))
+    try:
+        return np.repeat(np.arange(cu.size - 1, dtype=np.int64), np.diff(cu))
+    except (builtins.MemoryError, builtins.ValueError):
+        raise too_large("cu_seqlens", (int(cu[-1]),), np.int64, "the sequence ids") from None
 
 
 def _multimodal_sizes(i, segment):
@@ -174,8 +198,8 @@ def multimodal_positions(segments):
     segments = list(segments)
     checked = [_multimodal_sizes(i, segment) for i, segment in enumerate(segments)]
     # Walk the layout once without allocating, so a position past the kernel's
-    # range is refused before anything is built.
-    start, top = 0, -1
+    # range is refused before anything is built, and count the tokens.
+    start, top, n_tokens = 0, -1, 0
     for i, (kind, sizes) in enumerate(checked):
         if kind == "text":
             top = max(top, start + sizes[0] - 1)
@@ -184,23 +208,28 @@ def multimodal_positions(segments):
             t, h, w = sizes
             top = max(top, start + max(t, h, w) - 1)
             start += max(h, w)
+        n_tokens += math.prod(sizes)
         if top > MAX_POSITION:
             raise ValueError(f"segments[{i}] {segments[i]!r} places positions up to {top}, past {MAX_POSITION}")
-    blocks = []
-    start = 0
+    # The result is the only array as large as the token count: each segment
+    # is written into its columns.
+    positions = allocate("segments", (3, n_tokens), np.int64, f"the positions of {n_tokens} tokens")
+    start = column = 0
     for kind, sizes in checked:
+        n = math.prod(sizes)
+        block = positions[:, column:column + n]
         if kind == "text":
-            blocks.append(np.broadcast_to(np.arange(start, start + sizes[0], dtype=np.int64), (3, sizes[0])))
-            start += sizes[0]
+            block[...] = np.arange(start, start + n, dtype=np.int64)
+            start += n
         else:
             t, h, w = sizes
-            grid = np.indices((t, h, w), dtype=np.int64).reshape(3, t * h * w)
-            blocks.append(grid + start)
+            grid = block.reshape(3, t, h, w)   # a view: each row's columns are contiguous
+            grid[0] = np.arange(start, start + t, dtype=np.int64)[:, None, None]
+            grid[1] = np.arange(start, start + h, dtype=np.int64)[None, :, None]
+            grid[2] = np.arange(start, start + w, dtype=np.int64)[None, None, :]
             start += max(h, w)
-    if not blocks:
-        return np.zeros((3, 0), dtype=np.int64), 0
-    positions = np.concatenate(blocks, axis=1)
-    return positions, int(positions.max()) + 1
+        column += n
+    return positions, top + 1   # the largest position + 1 (0 for no tokens)
 
 
 @entry(inputs=("x",), out="out", positions=("cu_seqlens", "offsets"), adjoint="inverse")
@@ -214,14 +243,15 @@ def apply_varlen(rope, x, cu_seqlens, offsets=None, *, out=None, inverse=False):
     """
     if not isinstance(rope, Rope):
         raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
-    positions = varlen_positions(cu_seqlens, offsets)
+    inverse = as_bool("inverse", inverse)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"x must be a numpy.ndarray, got {type(x).__name__}")
     if x.ndim != 3:
         raise ValueError(f"x must be a packed [total_tokens, heads, head_dim] array, got shape {x.shape}")
-    if x.shape[0] != positions.size:
-        raise ValueError(f"x.shape[0] must equal cu_seqlens[-1]={positions.size} (total tokens), got {x.shape[0]}")
-    return rope.apply(x, positions=positions, out=out, inverse=inverse)
+    cu, off, lengths = _varlen_checked(cu_seqlens, offsets)
+    if x.shape[0] != int(cu[-1]):   # before the positions are made: they are x.shape[0] long
+        raise ValueError(f"x.shape[0] must equal cu_seqlens[-1]={int(cu[-1])} (total tokens), got {x.shape[0]}")
+    return rope.apply(x, positions=_varlen_built(cu, off, lengths), out=out, inverse=inverse)
 
 
 def proportional_inv_freq(head_dim, rotary_dim, base=10000.0):
@@ -250,7 +280,7 @@ class PartialRotary:
     """
 
     def __init__(self, head_dim, rotary_dim, *, convention, layout, base=10000.0, dim_offset=0):
-        if convention not in CONVENTIONS:
+        if not isinstance(convention, str) or convention not in CONVENTIONS:
             raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
         head_dim = as_even_dim("head_dim", head_dim)
         rotary_dim = as_even_dim("rotary_dim", rotary_dim)
@@ -286,6 +316,8 @@ class PartialRotary:
         if x.ndim < 1 or x.shape[-1] != self.head_dim:
             raise ValueError(f"x.shape[-1] must equal head_dim={self.head_dim}, got shape {x.shape}")
         lo, hi = self.dim_offset, self.dim_offset + self.rotary_dim
+        if out is not None:
+            refuse_masked("out", out)
         # Rotate the slice out of place first: every check runs before we write.
         rotated = self.rope.apply(x[..., lo:hi], positions, offset=offset, seq_axis=seq_axis, inverse=inverse)
         if out is None:

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _kernel, _plan, _tensors
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int,
-                      as_layout, as_positions)
+                      as_layout, checked_positions, positions_array, too_large)
 from .config import _hf_rope
 from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
@@ -229,17 +229,24 @@ class Rope:
         """
         if type(positions) is not np.ndarray and _tensors.is_foreign(positions):
             return _tensors.cos_sin(self, positions, dtype)
-        pos = as_positions("positions", positions)
-        sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
-        flat = np.require(pos.reshape(-1), np.int64, ("C", "A"))
         try:
             kind = None if dtype is None else np.dtype(dtype)
-        except builtins.TypeError:
+        except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
             kind = None
         if kind != np.float32 and kind != np.float64:
-            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}")
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r:.200}")
+        pos = positions_array("positions", positions)
+        sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
+        # The tables first (untouched memory costs nothing): positions of any
+        # shape are refused at once if their tables cannot exist, before a
+        # value is read.
+        try:
+            tables = _kernel.empty_tables(pos.size, self._rotary_dim // 2, kind)
+        except (MemoryError, builtins.ValueError):
+            raise too_large("positions", (pos.size, self._rotary_dim // 2), kind, "the cos and sin tables") from None
+        flat = np.require(checked_positions("positions", pos).reshape(-1), np.int64, ("C", "A"))
         cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
-                                         where="Rope.cos_sin(positions)")
+                                         where="Rope.cos_sin(positions)", tables=tables)
         half = self._rotary_dim // 2
         if sectioned:  # entry i from the row of pair i's component
             k = pos.shape[0]
@@ -249,17 +256,19 @@ class Rope:
         shape = pos.shape + (half,)
         return cos.reshape(shape), sin.reshape(shape)
 
-    def _token_positions(self, positions, batch_shape, n_seq):
+    def _token_positions(self, positions, batch_shape, n_seq, materialize=True):
         """``(int64 positions for C, sections)``: ``[B or 1, seq]`` and None, or for a
         sectioned rope given ``[k, seq]``/``[k, *batch, seq]``: ``[k, B or 1, seq]``
         and ``(k, pair -> component map)``. Plain positions on a sectioned rope
-        mean the same position on every component, which one row per token is."""
+        mean the same position on every component, which one row per token is.
+        ``materialize`` False: positions checked only (None for them)."""
         if self._mrope_section is not None:
             k = len(self._mrope_section)
-            pos = as_positions("positions", positions)
+            pos = positions_array("positions", positions)
             if is_sectioned(pos, k, batch_shape):
-                return _plan.section_positions(pos, k, batch_shape, n_seq), (k, self._pair_component)
-        return _plan.positions_2d(positions, batch_shape, n_seq), None
+                return (_plan.section_positions(pos, k, batch_shape, n_seq, materialize),
+                        (k, self._pair_component))
+        return _plan.positions_2d(positions, batch_shape, n_seq, materialize), None
 
     def _rows_for(self, dtype):
         """The ``TableCache`` serving arrays of ``dtype``: float64 rows for
@@ -592,15 +601,18 @@ class _Job:
         first = _plan.token_view(self.items[0][1], self.seq_axis)
         batch_shape, n_seq = first.shape[:-3], first.shape[-3]
         sections = None
+        # no token or no head: nothing to rotate, and nothing made as large as the
+        # token count (a zero-size array may have any number of tokens)
+        empty = all(x.size == 0 for _, x, _, _ in self.items)
         if self.positions is None:
             if self.offset < -MAX_POSITION or self.offset + max(n_seq - 1, 0) > MAX_POSITION:
                 raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, "
                                  f"seq={n_seq}")
             positions = None
         else:
-            positions, sections = rope._token_positions(self.positions, batch_shape, n_seq)
+            positions, sections = rope._token_positions(self.positions, batch_shape, n_seq, not empty)
         plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim)
-        if all(x.size == 0 for x, _ in plan.buffers):  # no token or no head: no angles to look up
+        if empty:
             return plan.outputs
         # An array with zero heads next to one with some (q without heads) goes
         # to C like any other: C skips a tensor with no heads, pointers unread.
