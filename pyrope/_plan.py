@@ -210,9 +210,29 @@ class Plan:
         sources, results = zip(*self.buffers)
         status = self.call.run(sources, results, template, positions, offset, strides, sections)
         _kernel.raise_for_status(status, where)
-        for dst, tmp in self.write_back:
-            dst[...] = tmp
+        if self.write_back:
+            commit(self.write_back)
         return self.outputs
+
+
+def _copy(dst, src):
+    """One numpy copy (C, never interrupted part way); a name tests can replace."""
+    dst[...] = src
+
+
+def commit(write_back):
+    """Copy each temporary of ``write_back`` ``[(dst, tmp)]`` to its destination:
+    every one of them, even when an interrupt (KeyboardInterrupt, raised
+    between two copies) cuts the loop short: copies are idempotent, so they
+    are all made again before the interrupt goes on. A call's visible
+    results are thus all written or all untouched."""
+    try:
+        for dst, tmp in write_back:
+            _copy(dst, tmp)
+    except BaseException:
+        for dst, tmp in write_back:
+            _copy(dst, tmp)
+        raise
 
 
 def _empty_like(name, a):
@@ -234,10 +254,19 @@ def _c_copy(name, a):
 def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     """Plan the rotation of validated ``items`` ``[(name, x, out, out_name)]``
     (arrays of one dtype sharing batch and sequence dims; see
-    :func:`resolve_overlaps`) at the same positions."""
+    :func:`resolve_overlaps`) at the same positions.
+
+    All or nothing: C writes every result in one call; a result it cannot
+    address is rotated in a contiguous temporary and written back after the
+    call (one numpy copy on this thread), and then every result the caller
+    can see (``out=`` arrays, x in place) is too, so an interrupt between the
+    call and the copies leaves them all untouched (:func:`commit` makes the
+    copies themselves all or nothing). A new result (``out=None``) is never
+    seen unless the call returns, so C writes it directly."""
     sources = resolve_overlaps(items)
     plan = Plan()
     plan.buffers, plan.write_back, plan.outputs = [], [], []
+    direct = []   # (index, d_tok) of results the caller sees that C would write directly
     for (name, x, out, _), src in zip(items, sources):
         result = out if out is not None else _empty_like(name, x)
         in_place = out is not None and src is x and same_memory(x, out)
@@ -246,14 +275,22 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
         d4 = s4 if in_place else (as_4d(d_tok) if kernel_friendly(d_tok) else None)
         if d4 is None:
             # The result cannot be addressed: rotate a contiguous copy in place
-            # and write it back (one numpy copy, on this thread).
+            # and write it back.
             tmp = _c_copy(name, s_tok)
             s4 = d4 = as_4d(tmp)
             plan.write_back.append((d_tok, tmp))
-        elif s4 is None:
-            s4 = as_4d(_c_copy(name, s_tok))
+        else:
+            if s4 is None:
+                s4 = as_4d(_c_copy(name, s_tok))
+            if out is not None:
+                direct.append((len(plan.buffers), d_tok))
         plan.buffers.append((s4, d4))
         plan.outputs.append(result)
+    if plan.write_back:
+        for i, d_tok in direct:   # staged too (see above): C reads the source, writes a temporary
+            tmp = _staging(items[i][3], d_tok)
+            plan.buffers[i] = (plan.buffers[i][0], as_4d(tmp))
+            plan.write_back.append((d_tok, tmp))
     first = plan.buffers[0][0]
     plan.batch_shape = token_view(items[0][1], seq_axis).shape[:-3]
     plan.n_seq = first.shape[1]
@@ -261,6 +298,14 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
                              rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
                                           for s, d in plan.buffers])
     return plan
+
+
+def _staging(name, d_tok):
+    """An uninitialised C-contiguous array shaped like result view ``d_tok``."""
+    try:
+        return np.empty(d_tok.shape, d_tok.dtype)
+    except (MemoryError, builtins.ValueError):
+        raise too_large(name, d_tok.shape, d_tok.dtype, "a temporary") from None
 
 
 # ---- the memo: repeated calls on the same shapes and strides --------------------------------

@@ -138,13 +138,11 @@ def convert_keys(rope, k, positions, to_rope, *, seq_axis=-3, out=None):
     forward = to_rope if ratio == to_rope.attention_factor else explicit_rope(
         to_rope.head_dim, layout=to_rope.layout, inv_freq=to_rope.inv_freq, attention_factor=ratio,
         rule="conversion", mrope_section=to_rope.mrope_section, mrope_interleaved=to_rope.mrope_interleaved)
-    # First pass validates k, positions and out before anything is written.
-    tmp = unit_twin(rope).apply(k, positions=positions, seq_axis=seq_axis, inverse=True,
-                                out=out if out is not None and out is not k else None)
-    if out is k:
-        # tmp is a fresh array; write the result straight into k.
-        return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=k)
-    return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=tmp)
+    # The first pass validates k and positions, into a new array: an out given
+    # (k itself too) is written once, by the second pass, so an interrupt
+    # between the passes leaves it untouched.
+    tmp = unit_twin(rope).apply(k, positions=positions, seq_axis=seq_axis, inverse=True)
+    return forward.apply(tmp, positions=positions, seq_axis=seq_axis, out=tmp if out is None else out)
 
 
 def _broadcasts(shape, batch_shape):

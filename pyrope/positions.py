@@ -318,11 +318,6 @@ class PartialRotary:
         lo, hi = self.dim_offset, self.dim_offset + self.rotary_dim
         if out is not None:
             refuse_masked("out", out)
-        # Rotate the slice out of place first: every check runs before we write.
-        rotated = self.rope.apply(x[..., lo:hi], positions, offset=offset, seq_axis=seq_axis, inverse=inverse)
-        if out is None:
-            out = x.copy()
-        else:
             if not isinstance(out, np.ndarray) or out.dtype != x.dtype:
                 raise TypeError(f"out must be an ndarray of x's dtype {x.dtype}, got "
                                 f"{getattr(out, 'dtype', type(out).__name__)}")
@@ -330,9 +325,16 @@ class PartialRotary:
                 raise ValueError(f"out must have the shape of x {x.shape}, got {out.shape}")
             if not out.flags.writeable:
                 raise ValueError("out is read-only")
-            if out is not x:
-                out[...] = x
-        out[..., lo:hi] = rotated
+        # Rotate the slice out of place first: every check runs before we write,
+        # and out is then written by one numpy copy (an interrupt leaves it untouched).
+        rotated = self.rope.apply(x[..., lo:hi], positions, offset=offset, seq_axis=seq_axis, inverse=inverse)
+        if out is x:
+            x[..., lo:hi] = rotated
+            return x
+        result = np.concatenate((x[..., :lo], rotated, x[..., hi:]), axis=-1)
+        if out is None:
+            return result
+        out[...] = result
         return out
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3):

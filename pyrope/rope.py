@@ -357,7 +357,8 @@ class Rope:
         ``rotary_dim`` are copied unchanged. Large calls run on up to
         ``pyrope.get_num_threads()`` threads with identical results. Raises
         ``TypeError``/``ValueError`` naming the argument before anything is
-        written.
+        written. An interrupt (Ctrl-C) during a call leaves what the caller
+        sees (``out``, ``x`` in place) all rotated or all untouched.
 
         Torch tensors and DLPack objects: ``x``, ``out`` and ``positions`` may
         be CPU torch tensors (float32, float16, bfloat16, float64; positions
