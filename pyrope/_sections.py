@@ -35,7 +35,12 @@ def pair_components(mrope_section, mrope_interleaved, n_pairs):
     if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__"):
         raise TypeError(f"mrope_section must be a sequence of {N_COMPONENTS[0]} or {N_COMPONENTS[1]} integers "
                         f"(pairs per position component), got {mrope_section!r}")
-    section = tuple(as_int(f"mrope_section[{i}]", v) for i, v in enumerate(mrope_section))
+    try:
+        items = list(mrope_section)
+    except builtins.TypeError:   # a 0-d array has __len__ but no items
+        raise TypeError(f"mrope_section must be a sequence of {N_COMPONENTS[0]} or {N_COMPONENTS[1]} integers "
+                        f"(pairs per position component), got {mrope_section!r}") from None
+    section = tuple(as_int(f"mrope_section[{i}]", v) for i, v in enumerate(items))
     interleaved = as_bool("mrope_interleaved", mrope_interleaved)
     k = len(section)
     if k not in N_COMPONENTS:

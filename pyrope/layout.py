@@ -14,9 +14,11 @@ The converters take numpy arrays, torch tensors (indexed by torch itself:
 any device and dtype, autograd intact) and other DLPack objects (through a
 numpy view, the result converted back as ``pyrope._tensors`` describes).
 """
+import builtins
+
 import numpy as np
 
-from ._checks import as_even_dim, as_int, as_layout
+from ._checks import as_even_dim, as_int, as_layout, too_large
 from ._tensors import is_foreign, as_array, restore, torch_of
 from .errors import TypeError, ValueError
 
@@ -49,7 +51,8 @@ def convert_heads(x, from_layout, to_layout, *, rotary_dim=None):
     given, x = x, _as_array("x", x)
     if x.ndim < 1:
         raise ValueError("x must have a head_dim axis, got a scalar")
-    return restore(x[..., _index(x, permutation(x.shape[-1], from_layout, to_layout, rotary_dim))], given)
+    return restore(_take(x, (Ellipsis, _index(x, permutation(x.shape[-1], from_layout, to_layout, rotary_dim))),
+                         "x"), given)
 
 
 def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=None):
@@ -65,7 +68,7 @@ def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=N
                          f"{num_heads * head_dim}, got shape {w.shape}")
     perm = permutation(head_dim, from_layout, to_layout, rotary_dim)
     rows = (np.arange(num_heads, dtype=np.int64)[:, None] * head_dim + perm[None, :]).reshape(-1)
-    return restore(w[_index(w, rows)], given)
+    return restore(_take(w, _index(w, rows), "w"), given)
 
 
 def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layout, rotary_dim=None,
@@ -98,6 +101,17 @@ def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layo
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}".replace("w.shape", f"{name}.shape")) from None
     return out
+
+
+def _take(a, index, name):
+    """``a[index]``, a new array as large as ``a``; one numpy cannot allocate
+    (``a`` a broadcast view of terabytes) is a ValueError naming ``name``."""
+    if torch_of(a) is not None:
+        return a[index]
+    try:
+        return a[index]
+    except (MemoryError, builtins.ValueError):
+        raise too_large(name, a.shape, a.dtype) from None
 
 
 def _index(a, index):

@@ -195,7 +195,11 @@ def multimodal_positions(segments):
     if isinstance(segments, (str, bytes)) or not hasattr(segments, "__iter__"):
         raise TypeError(f"segments must be a sequence of ('text', n) / (kind, t, h, w) tuples, got "
                         f"{type(segments).__name__} {segments!r}")
-    segments = list(segments)
+    try:
+        segments = list(segments)
+    except builtins.TypeError:   # a 0-d array has __iter__ but no items
+        raise TypeError(f"segments must be a sequence of ('text', n) / (kind, t, h, w) tuples, got "
+                        f"{type(segments).__name__} {segments!r:.200}") from None
     checked = [_multimodal_sizes(i, segment) for i, segment in enumerate(segments)]
     # Walk the layout once without allocating, so a position past the kernel's
     # range is refused before anything is built, and count the tokens.

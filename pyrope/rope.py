@@ -22,6 +22,7 @@ from .scaling import resolve
 _MISSING = object()
 _ACCEPTED_DTYPES = _kernel.ACCEPTED_DTYPES
 ANGLES = ("auto", "table", "on_the_fly")
+_AUTO = "auto"   # the default, so `angles is _AUTO` decides the common case (any other object: `==` on a str)
 
 
 class Rope:
@@ -377,7 +378,8 @@ class Rope:
         # The direct path (see "the direct path" below), inline: a decode call
         # is mostly the Python around its C call. -3.0 == -3, so only an int
         # seq_axis may look a plan up.
-        if angles == "auto" and type(x) is _ndarray and type(offset) is int and type(seq_axis) is int:
+        if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(x) is _ndarray
+                and type(offset) is int and type(seq_axis) is int):
             if out is x:
                 mark = None
             elif out is None:
@@ -421,7 +423,8 @@ class Rope:
         tensors and autograd included.
         """
         # The direct path, inline as in apply.
-        if (angles == "auto" and type(q) is _ndarray and type(k) is _ndarray and type(offset) is int
+        if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(q) is _ndarray
+                and type(k) is _ndarray and type(offset) is int
                 and type(seq_axis) is int and k.dtype is q.dtype):
             if out is None:
                 qo = ko = None

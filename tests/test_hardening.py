@@ -292,3 +292,79 @@ def test_numpy_bools_are_bools():
         assert np.array_equal(R.apply(X, [1, 2], inverse=flag), want)
         assert np.array_equal(pyrope.apply_varlen(R, X, [0, 2], [1], inverse=flag), want)
         assert np.array_equal(PR.apply(X, [1, 2], inverse=flag), PR.apply(X, [1, 2], inverse=bool(flag)))
+
+
+# ---- every entry against every adversarial value: a RopeError or a result, nothing else -------
+
+RS = Rope(8, layout="split_half", mrope_section=[2, 1, 1])
+PRO = PartialRotary(8, 4, convention="offset", layout="split_half", dim_offset=2)
+ADVERSARIAL = {
+    "None": None, "3": 3, "-5": -5, "2**70": 2**70, "-2**70": -2**70, "2**63-1": 2**63 - 1,
+    "nan": float("nan"), "inf": float("inf"), "1.5": 1.5, "True": True, "str": "ab", "bytes": b"ab", "1j": 1j,
+    "dict": {1: 2}, "tuple": (1, 2), "[0.0, 1.0]": [0.0, 1.0], "[0, 1]": [0, 1], "[2**63, 0]": [2**63, 0],
+    "ragged": [[1], [1, 2]], "[[]]": [[]], "object array": np.array([1, "a"], object),
+    "bool array": np.array([True, False]), "0-d array": np.array(3), "empty int64": np.array([], np.int64),
+    "negative strides": np.arange(4)[::-1][:2], "broadcast 2**21": np.broadcast_to(np.int64(1), (2**20, 2)),
+    "2-D int64": np.zeros((2, 2), np.int64), "uint64 max": np.array([2**64 - 1, 0], np.uint64),
+    "masked": np.ma.array([1, 2]), "x": X, "x 0-d": np.array(1.0, np.float32), "x object": X.astype(object),
+    "x negative strides": X[::-1, ::-1, ::-1],
+    "x broadcast 2 TiB": np.broadcast_to(np.ones(8, np.float32), (2**18, 2**18, 1, 8)),
+}
+ENTRIES = {
+    "apply(x)": lambda v: R.apply(v), "apply(positions)": lambda v: R.apply(X, v),
+    "apply(offset)": lambda v: R.apply(X, offset=v), "apply(out)": lambda v: R.apply(X, out=v),
+    "apply(seq_axis)": lambda v: R.apply(X, seq_axis=v), "apply(angles)": lambda v: R.apply(X, angles=v),
+    "apply(inverse)": lambda v: R.apply(X, inverse=v),
+    "apply_qk(k)": lambda v: R.apply_qk(X, v), "apply_qk(out)": lambda v: R.apply_qk(X, X[:, :1], out=v),
+    "apply_qk(positions)": lambda v: R.apply_qk(X, X[:, :1].copy(), v),
+    "apply_qk(angles)": lambda v: R.apply_qk(X, X[:, :1].copy(), angles=v),
+    "cos_sin(positions)": lambda v: R.cos_sin(v), "cos_sin(dtype)": lambda v: R.cos_sin([1], dtype=v),
+    "sectioned cos_sin": lambda v: RS.cos_sin(v), "sectioned apply": lambda v: RS.apply(X, v),
+    "rerotate(from)": lambda v: R.rerotate(X.copy(), v, [0, 1]), "rerotate(to)": lambda v: R.rerotate(X.copy(), [0, 1], v),
+    "rerotate(k)": lambda v: R.rerotate(v, [0, 1], [1, 2]),
+    "convert_keys(positions)": lambda v: R.convert_keys(X, v, R),
+    "convert_keys(to_rope)": lambda v: R.convert_keys(X, [0, 1], v),
+    "convert_keys(out)": lambda v: R.convert_keys(X, [0, 1], R, out=v),
+    "varlen_positions(cu)": lambda v: pyrope.varlen_positions(v),
+    "varlen_positions(offsets)": lambda v: pyrope.varlen_positions([0, 2], v),
+    "apply_varlen(x)": lambda v: pyrope.apply_varlen(R, v, [0, 2]),
+    "apply_varlen(cu)": lambda v: pyrope.apply_varlen(R, X, v),
+    "apply_varlen(rope)": lambda v: pyrope.apply_varlen(v, X, [0, 2]),
+    "apply_varlen(inverse)": lambda v: pyrope.apply_varlen(R, X, [0, 2], inverse=v),
+    "multimodal(segments)": lambda v: pyrope.multimodal_positions(v),
+    "multimodal(size)": lambda v: pyrope.multimodal_positions([("image", v, 2, 2)]),
+    "PartialRotary(head_dim)": lambda v: PartialRotary(v, 4, convention="prefix", layout="split_half"),
+    "PartialRotary(dim_offset)": lambda v: PartialRotary(8, 4, convention="offset", layout="split_half", dim_offset=v),
+    "PartialRotary(convention)": lambda v: PartialRotary(8, 4, convention=v, layout="split_half"),
+    "PartialRotary.apply(x)": lambda v: PRO.apply(v), "PartialRotary.apply(out)": lambda v: PRO.apply(X, out=v),
+    "PartialRotary.apply(positions)": lambda v: PRO.apply(X, v),
+    "permutation(head_dim)": lambda v: layout.permutation(v, "interleaved", "split_half"),
+    "permutation(rotary_dim)": lambda v: layout.permutation(8, "interleaved", "split_half", rotary_dim=v),
+    "convert_heads(x)": lambda v: layout.convert_heads(v, "interleaved", "split_half"),
+    "permute_rows(w)": lambda v: layout.permute_rows(v, 2, 4, "interleaved", "split_half"),
+    "permute_rows(num_heads)": lambda v: layout.permute_rows(np.ones((8, 3)), v, 4, "interleaved", "split_half"),
+    "convert_attention(num_heads)": lambda v: layout.convert_attention(
+        num_heads=v, num_kv_heads=1, head_dim=4, from_layout="interleaved", to_layout="split_half", wq=np.ones((8, 2))),
+    "prepare(x)": lambda v: R.prepare(v), "prepare(out)": lambda v: R.prepare(X, out=v),
+    "prepare(inverse)": lambda v: R.prepare(X, inverse=v),
+    "prepared(x)": lambda v: R.prepare(X.copy())(v), "prepared(offset)": lambda v: R.prepare(X.copy())(X.copy(), offset=v),
+    "prepared(positions)": lambda v: (lambda a: R.prepare(a, out=a)(a, out=a, positions=v))(X.copy()),
+    "Rope(head_dim)": lambda v: Rope(v, layout="split_half"),
+    "Rope(rotary_dim)": lambda v: Rope(8, layout="split_half", rotary_dim=v),
+    "Rope(base)": lambda v: Rope(8, layout="split_half", base=v), "Rope(layout)": lambda v: Rope(8, layout=v),
+    "Rope(mrope_section)": lambda v: Rope(8, layout="split_half", mrope_section=v),
+    "Rope(mrope_interleaved)": lambda v: Rope(8, layout="split_half", mrope_section=[2, 1, 1], mrope_interleaved=v),
+}
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+def test_no_builtin_exception_escapes_an_entry(entry):
+    leaks = []
+    for name, value in ADVERSARIAL.items():
+        try:
+            ENTRIES[entry](value)
+        except RopeError:
+            pass
+        except Exception as exc:   # noqa: BLE001 - what the test looks for
+            leaks.append(f"{name}: {type(exc).__module__}.{type(exc).__name__}: {exc}"[:200])
+    assert not leaks, leaks
