@@ -11,7 +11,7 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
 import numpy as np
 
 from . import _kernel, _plan, _tensors
-from ._checks import MAX_POSITION, as_float_array, as_int
+from ._checks import MAX_POSITION, as_float_array, as_int, positions_array
 from .errors import TypeError, ValueError
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
@@ -120,9 +120,7 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
         raise ValueError(f"cos_cache and sin_cache must have the same shape, got {cos_cache.shape} and "
                          f"{sin_cache.shape}")
     if position_ids is not None:
-        pos = np.asarray(position_ids)
-        if pos.dtype.kind not in "iu" or pos.dtype == np.bool_:
-            raise TypeError(f"position_ids must be an integer array, got dtype {pos.dtype}")
+        pos = positions_array("position_ids", position_ids)
         if pos.shape != (batch, seq):
             raise ValueError(f"position_ids must have shape [batch, seq]=({batch}, {seq}), got {pos.shape}")
         if cos_cache.ndim != 2 or cos_cache.shape[1] != half:

@@ -42,6 +42,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import pyrope
+from pyrope import errors
 from pyrope import onnx_rotary_embedding, reference
 
 F16, BF16, F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
@@ -347,3 +348,17 @@ def test_bad_positions_and_shapes_in_16_bits(dtype):
     empty = onnx_rotary_embedding(np.zeros((0, 2, 3, 8), dtype), np.ones((10, 4), dtype),
                                   np.zeros((10, 4), dtype), np.zeros((0, 3), np.int64))
     assert empty.shape == (0, 2, 3, 8) and empty.dtype == dtype
+
+
+@pytest.mark.parametrize("position_ids, error, words", [
+    (np.ma.masked_array([[0, 1, 2]], mask=[[0, 1, 0]]), errors.TypeError, "masked"),
+    ([[2**63, 0, 0]], errors.OverflowError, "int64"),
+    ([[0.0, 1.0, 2.0]], errors.TypeError, "integer"),
+], ids=["masked", "beyond-int64", "floats"])
+def test_position_ids_are_checked_like_every_positions_argument(position_ids, error, words):
+    """position_ids go through the same checks as Rope.apply's positions: a masked array's
+    mask is never ignored, integers beyond int64 overflow by name, floats are refused."""
+    x = np.ones((1, 2, 3, 8), np.float32)
+    cache = np.ones((8, 4), np.float32)
+    with pytest.raises(error, match=f"position_ids.*{words}|{words}.*position_ids"):
+        pyrope.onnx_rotary_embedding(x, cache, cache, position_ids)
