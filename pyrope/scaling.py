@@ -30,6 +30,7 @@ import builtins
 import math
 import numbers
 import operator
+import sys
 import warnings
 from collections import namedtuple
 from dataclasses import MISSING, dataclass, fields
@@ -39,7 +40,7 @@ import numpy as np
 
 from ._checks import first_inv_freq_problem, scale_problem
 from ._kernel import MAX_INV_FREQ
-from .errors import TypeError, ValueError
+from .errors import OverflowError, TypeError, ValueError
 
 __all__ = [
     "Resolved",
@@ -55,7 +56,18 @@ __all__ = [
     "LongRope",
     "Proportional",
     "FreqFactors",
+    "MAX_DIM",
 ]
+
+# Largest head_dim / rotary_dim resolve accepts: 256 times the widest head of any
+# model (512), and small enough that a rope's frequency vector (and a contract
+# or spectrum printing it) stays a few MB; beyond it a typo would allocate
+# gigabytes before anything else failed.
+MAX_DIM = 2**17
+
+# Largest window, length or other count a rule reads: int64, so that every ratio
+# of two of them is a finite float64.
+_MAX_INT = 2**63 - 1
 
 
 # --------------------------------------------------------------------------- result
@@ -153,10 +165,18 @@ def _limit_error(message, key, value, why, index=None):
     return exc
 
 
+def _shown(value):
+    """``repr(value)``, except that an integer too long to print usefully (or at all:
+    Python refuses to convert ints of more than 4300 digits) is described by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
 def _real(name, value, rule):
     """``value`` as a float (an int too large for one becomes inf); bools and non-numbers are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{rule}: {name!r} must be a real number, got {value!r} ({type(value).__name__})")
+        raise TypeError(f"{rule}: {name!r} must be a real number, got {_shown(value)} ({type(value).__name__})")
     try:
         return float(value)
     except builtins.OverflowError:
@@ -168,7 +188,7 @@ def _positive_real(name, value, rule, *, allow_zero=False):
     out = _real(name, value, rule)
     if not math.isfinite(out) or out < 0 or (out == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{rule}: {name!r} must be finite and {bound}, got {value!r}")
+        raise ValueError(f"{rule}: {name!r} must be finite and {bound}, got {_shown(value)}")
     return out
 
 
@@ -177,12 +197,13 @@ def _attention_factor(name, value, rule):
     out = _real(name, value, rule)
     why = scale_problem(out)
     if why is not None:
-        raise ValueError(f"{rule}: {name!r} = {value!r} {why}")
+        raise ValueError(f"{rule}: {name!r} = {_shown(value)} {why}")
     return out
 
 
 def _positive_int(name, value, rule):
-    """``value`` as an int >= 1; bools and floats are refused (no silent truncation)."""
+    """``value`` as an int in ``[1, 2**63 - 1]``; bools and floats are refused (no silent
+    truncation), an int beyond int64 is an ``OverflowError``."""
     if isinstance(value, bool):
         raise TypeError(f"{rule}: {name!r} must be an int, got {value!r}")
     try:
@@ -190,7 +211,9 @@ def _positive_int(name, value, rule):
     except builtins.TypeError:
         raise TypeError(f"{rule}: {name!r} must be an int, got {value!r} ({type(value).__name__})") from None
     if out < 1:
-        raise ValueError(f"{rule}: {name!r} must be >= 1, got {out}")
+        raise ValueError(f"{rule}: {name!r} must be >= 1, got {_shown(out)}")
+    if out > _MAX_INT:
+        raise OverflowError(f"{rule}: {name!r} must be at most 2**63 - 1 (int64), got {_shown(out)}")
     return out
 
 
@@ -224,11 +247,33 @@ def _base_change_exponent(d, rule):
     return d / (d - 2)
 
 
-def _target(max_position_embeddings, original, factor):
-    """The extended window: the configured one when it extends the original, else factor * original."""
+def _target(max_position_embeddings, original, factor, rule, source="'factor'"):
+    """The extended window: the configured one when it extends the original, else factor * original
+    (``OverflowError`` naming ``source``, what gave the factor, when that is beyond int64)."""
     if max_position_embeddings is not None and max_position_embeddings > original:
         return max_position_embeddings
-    return max(1, int(round(original * factor)))
+    target = original * factor
+    if not target < _MAX_INT:
+        raise OverflowError(f"{rule}: {source} = {factor!r} makes the extended window original * factor = "
+                            f"{original} * {factor!r} = {target:g} tokens, beyond int64")
+    return max(1, int(round(target)))
+
+
+def _scaled_base(base, growth, exponent, rule, source, growth_name):
+    """``base * growth ** exponent``, the base a base change gives; ``OverflowError`` naming
+    ``source`` (the parameter that gave ``growth``, called ``growth_name`` in the hint)
+    when it is not a finite float64 > 1:
+    every pair but the first would then turn at frequency 0 (or infinity)."""
+    try:  # a growth <= 0 (cancellation in s*L/W - (s-1)) would make a complex power
+        scaled = base * growth ** exponent if growth > 0 else math.nan
+    except builtins.OverflowError:
+        scaled = math.inf
+    if not (1.0 < scaled < math.inf):
+        limit = (sys.float_info.max / base) ** (1 / exponent)
+        raise OverflowError(f"{rule}: {source} makes the scaled base {base!r} * {growth!r} ** {exponent:.6g} = "
+                            f"{scaled!r}, not a float64 > 1: the pairs would turn at frequency 0; "
+                            f"{growth_name} must be at most {limit:.6g}")
+    return scaled
 
 
 # --------------------------------------------------------------------------- rules
@@ -280,7 +325,8 @@ class NTK:
         return f"'factor' = {self.factor!r}", None
 
     def _resolve(self, head_dim, d, base):
-        scaled = base * self.factor ** _base_change_exponent(d, self.rope_type)
+        scaled = _scaled_base(base, self.factor, _base_change_exponent(d, self.rope_type), self.rope_type,
+                              f"'factor' = {self.factor!r}", "'factor'")
         return Resolved(_base_theta(scaled, d), 1.0, self.rope_type,
                         {"base": base, "factor": self.factor, "scaled_base": scaled})
 
@@ -325,12 +371,14 @@ class Dynamic:
     def _resolve(self, head_dim, d, base):
         exponent = _base_change_exponent(d, self.rope_type)
         if self.alpha is not None:
-            scaled = base * self.alpha ** exponent
+            scaled = _scaled_base(base, self.alpha, exponent, self.rope_type, f"'alpha' = {self.alpha!r}", "'alpha'")
             params = {"base": base, "alpha": self.alpha, "scaled_base": scaled}
             return Resolved(_base_theta(scaled, d), 1.0, self.rope_type, params)
         window = self.max_position_embeddings
         length = window if self.seq_len is None else max(self.seq_len, window)
-        scaled = base * (self.factor * length / window - (self.factor - 1)) ** exponent
+        source = f"'factor' = {self.factor!r} at 'seq_len' {length} over 'max_position_embeddings' {window}"
+        scaled = _scaled_base(base, self.factor * length / window - (self.factor - 1), exponent, self.rope_type,
+                              source, "factor * seq_len / max_position_embeddings - (factor - 1)")
         params = {"base": base, "factor": self.factor, "max_position_embeddings": window,
                   "seq_len": length, "scaled_base": scaled}
         return Resolved(_base_theta(scaled, d), 1.0, self.rope_type, params, window, length)
@@ -420,7 +468,9 @@ class Yarn:
             "mscale": self.mscale, "mscale_all_dim": self.mscale_all_dim,
             "attention_factor_from": how, "ramp_low": float(low), "ramp_high": float(high),
         }
-        target = _target(self.max_position_embeddings, original, factor)
+        source = "'factor'" if self.factor is not None else \
+            "the factor 'max_position_embeddings' / 'original_max_position_embeddings'"
+        target = _target(self.max_position_embeddings, original, factor, self.rope_type, source)
         return Resolved(inv_freq, attention, self.rope_type, params, original, target)
 
 
@@ -433,12 +483,16 @@ def _yarn_ramp_bounds(d, base, original, beta_fast, beta_slow, truncate):
     """(low, high) pair indices of YaRN's ramp; ``high`` nudged off ``low`` to avoid 0/0."""
     def pair_turning(rotations):
         # the pair that turns `rotations` full circles over the original window
-        return d * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        ratio = original / (rotations * 2 * math.pi)
+        if not 0 < ratio < math.inf:  # an extreme beta: the same as a difference of logs, finite
+            return d * (math.log(original) - math.log(rotations) - math.log(2 * math.pi)) / (2 * math.log(base))
+        return d * math.log(ratio) / (2 * math.log(base))
 
     low, high = pair_turning(beta_fast), pair_turning(beta_slow)
     if truncate:
         low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d - 1)
+    # floats: a bound far past the pairs (a base near 1) must not reach numpy as an int beyond int64
+    low, high = float(max(low, 0)), float(min(high, d - 1))
     if low == high:
         high += 0.001
     return low, high
@@ -501,7 +555,7 @@ class Llama3:
         params = {"base": base, "factor": s, "low_freq_factor": lo, "high_freq_factor": hi,
                   "original_max_position_embeddings": window}
         return Resolved(inv_freq, 1.0, self.rope_type, params, window,
-                        _target(self.max_position_embeddings, window, s))
+                        _target(self.max_position_embeddings, window, s, self.rope_type))
 
 
 @dataclass(frozen=True)
@@ -578,7 +632,7 @@ class LongRope:
         params = {"base": base, "factor": factor, "original_max_position_embeddings": original,
                   "variant": "long" if long else "short", "ext_factors": list(chosen),
                   "attention_factor_from": how}
-        target = _target(self.max_position_embeddings, original, factor if factor is not None else 1.0)
+        target = _target(self.max_position_embeddings, original, factor if factor is not None else 1.0, r)
         return Resolved(inv_freq, attention, r, params, original, target)
 
 
@@ -723,6 +777,9 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
     """
     head_dim = _positive_int("head_dim", head_dim, "resolve")
     rotary_dim = _positive_int("rotary_dim", rotary_dim, "resolve")
+    for name, value in (("head_dim", head_dim), ("rotary_dim", rotary_dim)):
+        if value > MAX_DIM:
+            raise ValueError(f"resolve: {name!r} must be at most {MAX_DIM} (pyrope.scaling.MAX_DIM), got {value}")
     if rotary_dim % 2:
         raise ValueError(f"resolve: 'rotary_dim' must be even, got {rotary_dim}")
     if rotary_dim > head_dim:
@@ -751,11 +808,31 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
             f"({', '.join(c.__name__ for c in RULES.values())}), got {type(scaling).__name__}"
         )
     try:
-        return rule._resolve(head_dim, rotary_dim, base)
+        resolved = rule._resolve(head_dim, rotary_dim, base)
     except ValueError as exc:
         if getattr(exc, "limit", None) is None:
             raise
         raise ValueError(_limit_message(rule, exc.limit, head_dim, rotary_dim, base)) from None
+    _refuse_lost_pairs(rule, resolved, head_dim, rotary_dim, base)
+    return resolved
+
+
+def _refuse_lost_pairs(rule, resolved, head_dim, d, base):
+    """A pair whose frequency a rule's parameter drove to 0 (float64 underflow of
+    ``theta_i / factor``) never turns: the parameter is refused, naming it. The
+    proportional rule's unrotated pairs are 0 by definition and pass."""
+    zero = resolved.inv_freq == 0
+    if isinstance(rule, Proportional):
+        zero[resolved.params["rotated_pairs"]:] = False
+    if not zero.any():
+        return
+    i, n = int(np.argmax(zero)), int(zero.sum())
+    blame = getattr(rule, "_blame", None)
+    limit = _Limit(f"inv_freq[{i}]", 0.0, "is 0", i)
+    source = blame(limit, head_dim, d, base)[0] if blame is not None else None
+    more = f" (and {n - 1} more pair{'s' if n > 2 else ''})" if n > 1 else ""
+    raise ValueError(f"{rule.rope_type}: {source or 'its parameters'} make{'s' if source else ''} inv_freq[{i}] = 0"
+                     f"{more}: the frequency underflows float64, so the pair would never turn")
 
 
 def _limit_message(rule, limit, head_dim, d, base):

@@ -434,3 +434,80 @@ def test_bad_value_is_quoted_in_the_message():
         resolve({"rope_type": "linear", "factor": -2.5}, head_dim=64, rotary_dim=64, base=10000.0)
     with pytest.raises(ValueError, match="linear"):
         resolve({"rope_type": "linear", "factor": -2.5}, head_dim=64, rotary_dim=64, base=10000.0)
+
+
+# --------------------------------------------------------------------------- overflow, underflow, size
+
+import pyrope  # noqa: E402
+from pyrope import errors  # noqa: E402
+
+GOOD_LONGROPE_NO_MAX = {k: v for k, v in GOOD_LONGROPE.items() if k != "max_position_embeddings"}
+
+EXTREMES = [
+    # (scaling, base, exception, texts the message must contain)
+    ({"rope_type": "ntk", "factor": 1e300}, 10000.0, errors.OverflowError, ["'factor'", "1e+300"]),
+    ({"rope_type": "ntk", "factor": 10**400}, 10000.0, errors.ValueError, ["'factor'", "401 digits"]),
+    ({"rope_type": "dynamic", "alpha": 1e308}, 10000.0, errors.OverflowError, ["'alpha'"]),
+    ({"rope_type": "dynamic", "factor": 1e308, "max_position_embeddings": 4096}, 10000.0, errors.OverflowError,
+     ["'factor'"]),
+    ({"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4096, "seq_len": 2**63}, 10000.0,
+     errors.OverflowError, ["'seq_len'", "int64"]),
+    ({**GOOD_YARN, "factor": 1e308}, 10000.0, errors.OverflowError, ["'factor'", "window"]),
+    ({**GOOD_YARN, "original_max_position_embeddings": 10**400}, 10000.0, errors.OverflowError,
+     ["'original_max_position_embeddings'", "int64"]),
+    ({"rope_type": "yarn", "max_position_embeddings": 2**64, "original_max_position_embeddings": 4096}, 10000.0,
+     errors.OverflowError, ["'max_position_embeddings'"]),
+    ({**GOOD_LLAMA3, "factor": 1e308}, 10000.0, errors.OverflowError, ["'factor'"]),
+    ({**GOOD_LONGROPE_NO_MAX, "factor": 1e308}, 10000.0, errors.OverflowError, ["'factor'"]),
+    ({**GOOD_LONGROPE, "max_position_embeddings": 10**400}, 10000.0, errors.OverflowError,
+     ["'max_position_embeddings'"]),
+    # a divisor so large that a frequency underflows to 0: that pair would never turn
+    ({"rope_type": "linear", "factor": 1e308}, 1e300, errors.ValueError, ["'factor'", "inv_freq[", "= 0"]),
+    ({"rope_type": "freq_factors", "factors": [1.0] * 31 + [1e308]}, 1e300, errors.ValueError,
+     ["'factors[31]'", "= 0"]),
+    ({**GOOD_LONGROPE, "short_factor": [1.0] * 31 + [1e308]}, 1e300, errors.ValueError, ["'short_factor[31]'"]),
+]
+
+
+@pytest.mark.parametrize("scaling, base, exc, texts", EXTREMES, ids=[f"extreme{i}" for i in range(len(EXTREMES))])
+def test_extreme_parameters_are_refused_naming_them(scaling, base, exc, texts):
+    with pytest.raises(exc) as info:
+        resolve(scaling, head_dim=64, rotary_dim=64, base=base)
+    assert isinstance(info.value, pyrope.RopeError)
+    for text in texts:
+        assert text in str(info.value)
+    assert len(str(info.value)) < 400  # a huge integer is described, not printed
+
+
+def test_ntk_whose_frequencies_would_become_zero_is_refused_at_construction():
+    # factor 1e300: b * s**(d/(d-2)) overflows, and 63 of 64 frequencies were 0 (a fingerprint failed later)
+    with pytest.raises(errors.OverflowError, match=r"ntk: 'factor' = 1e\+300.*at most"):
+        pyrope.Rope(128, layout="split_half", scaling={"rope_type": "ntk", "factor": 1e300})
+    # the largest factor the message states is accepted, and every frequency stays positive
+    d, b = 128, 10000.0
+    limit = (1.7976931348623157e308 / b) ** ((d - 2) / d)
+    r = pyrope.Rope(d, layout="split_half", base=b, scaling={"rope_type": "ntk", "factor": limit * 0.999})
+    assert np.all(r.inv_freq > 0) and len(r.fingerprint) == 64
+
+
+def test_extreme_yarn_betas_and_a_base_near_one_resolve(ref):
+    # beta * 2 pi overflowing (or its quotient doing so) took math.log(0) or floor(inf)
+    for betas in ((1e308, 1.0), (32.0, 1e-320)):
+        r = resolve({**GOOD_YARN, "beta_fast": betas[0], "beta_slow": betas[1]}, head_dim=64, rotary_dim=64,
+                    base=10000.0)
+        assert np.all(np.isfinite(r.inv_freq)) and np.all(r.inv_freq > 0)
+    # a base just above 1 puts the ramp's low bound past int64: numpy could not subtract it
+    base = math.nextafter(1.0, 2.0)
+    r = resolve(GOOD_YARN, head_dim=8192, rotary_dim=8192, base=base)
+    check(r, ref.yarn(8192, base, 4.0, 4096))
+
+
+def test_dims_beyond_max_dim_are_refused_before_any_allocation():
+    assert S.MAX_DIM == 2**17
+    for kwargs in ({"head_dim": 2**40, "rotary_dim": 64}, {"head_dim": 2**40, "rotary_dim": 2**40},
+                   {"head_dim": S.MAX_DIM + 2, "rotary_dim": S.MAX_DIM + 2}):
+        with pytest.raises(errors.ValueError, match="at most 131072"):
+            resolve(None, base=10000.0, **kwargs)
+    with pytest.raises(errors.ValueError, match="head_dim"):
+        pyrope.Rope(2**40, layout="split_half")
+    assert pyrope.Rope(S.MAX_DIM, layout="split_half").rotary_dim == S.MAX_DIM
