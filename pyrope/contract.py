@@ -13,8 +13,8 @@ Contract (``make_contract``), a dict with exactly these keys::
     attention_factor  float.hex() string
     rule              str, transformers rope_type name ("default" for none)
     params            dict, the rule's resolved parameters (JSON numbers)
-    original_window   int or null
-    target_window     int or null
+    original_window   int or null, the pre-training context length
+    target_window     int or null, the extended context length
 
 and, only for a sectioned (multimodal) rope, two more::
 
@@ -23,6 +23,14 @@ and, only for a sectioned (multimodal) rope, two more::
 
 (absent otherwise, so the contracts and fingerprints of other ropes are the
 same as before sections existed).
+
+The windows are the rule's (YaRN, Llama 3, LongRoPE, dynamic NTK). The default
+rule has none of its own: a rope read from a config then carries the config's
+``max_position_embeddings`` as both windows, informational, like
+``layout_source`` below: they enter the canonical form as null, so the
+fingerprint of a default rope is the same whatever window its model has (the
+windows do not change its position function) and the same as before the
+windows were carried.
 
 Fingerprint (``fingerprint``): the SHA-256 hex digest of the canonical form, the
 contract rebuilt from its own values with every JSON float inside ``params``
@@ -60,6 +68,7 @@ import hashlib
 import json
 import math
 import numbers
+import re
 
 from ._checks import inv_freq_problem, scale_problem
 from .errors import TypeError, ValueError
@@ -77,6 +86,7 @@ LAYOUT_SOURCES = ("argument", "rope_interleave", "model_type", "default")
 _KEYS = ("format", "layout", "head_dim", "rotary_dim", "inv_freq", "attention_factor", "rule", "params",
          "original_window", "target_window")
 _SECTION_KEYS = ("mrope_section", "mrope_interleaved")  # present only for sectioned ropes
+_WINDOWLESS_RULES = ("default",)  # rules whose windows, when given, do not enter the fingerprint
 
 
 def make_contract(*, layout: str, head_dim: int, resolved: Resolved, mrope_section=None,
@@ -197,6 +207,8 @@ def canonical_json(contract: dict) -> str:
     clean = make_contract(layout=layout, head_dim=head_dim, resolved=resolved, mrope_section=section,
                           mrope_interleaved=interleaved)
     clean["params"] = _hex_floats(clean["params"])
+    if clean["rule"] in _WINDOWLESS_RULES:  # informational windows (see the module docstring)
+        clean["original_window"] = clean["target_window"] = None
     factor = config_facts_from_contract(contract)[0]
     if factor != 1.0:  # layout_source never enters the canonical form
         clean["softmax_scale_factor"] = factor.hex()
@@ -246,17 +258,38 @@ def _check_layout(layout):
         raise ValueError(f"contract: 'layout' must be a non-empty str, got {layout!r}")
 
 
+_MAX_INT = 2**63 - 1  # ints in a contract are int64: every consumer can hold them
+
+# float.hex()'s form (an optional sign, "0x", hex digits with an optional
+# fraction, a binary exponent). float.fromhex alone also takes "1.5" (read as
+# 0x1.5 = 1.3125), "inf" and surrounding spaces: a contract written by hand
+# with a decimal number would be read as another number without a word.
+_HEX_FLOAT = re.compile(r"[+-]?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]+", re.IGNORECASE)
+
+
+def _shown(value):
+    """``repr(value)``, or the size of an integer too long to print."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return repr(value)
+
+
 def _check_window_like(key, value, *, allow_none=True):
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"contract: {key!r} must be a positive int{' or null' if allow_none else ''}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_INT:
+        raise ValueError(f"contract: {key!r} must be a positive int64{' or null' if allow_none else ''}, "
+                         f"got {_shown(value)}")
     return int(value)
 
 
 def _from_hex(key, text):
     if not isinstance(text, str):
-        raise ValueError(f"contract: {key!r} must be a float.hex() string, got {text!r}")
+        raise ValueError(f"contract: {key!r} must be a float.hex() string, got {_shown(text)}")
+    if len(text) > 64 or not _HEX_FLOAT.fullmatch(text):
+        shown = text if len(text) <= 64 else text[:61] + "..."
+        raise ValueError(f"contract: {key!r} must be a float.hex() string such as '0x1.8000000000000p+0', "
+                         f"got {shown!r}")
     try:
         value = float.fromhex(text)
     except (builtins.ValueError, builtins.OverflowError):
@@ -266,7 +299,11 @@ def _from_hex(key, text):
 
 def _check_json_params(value, path):
     """params may hold only JSON values: str, bool, int, finite float, None, lists and str-keyed dicts."""
-    if value is None or isinstance(value, (str, bool, int)):
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, int):
+        if not -_MAX_INT - 1 <= value <= _MAX_INT:
+            raise ValueError(f"contract: {path} must be an int64, got {_shown(value)}")
         return
     if isinstance(value, float):
         if not math.isfinite(value):

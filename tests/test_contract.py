@@ -212,3 +212,42 @@ def test_make_contract_checks_its_arguments():
         make_contract(layout="split_half", head_dim=32, resolved=r)
     with pytest.raises(ValueError, match="layout"):
         make_contract(layout=None, head_dim=64, resolved=r)
+
+
+# --------------------------------------------------------------------------- strict hex, int64, informational windows
+
+from pyrope import errors  # noqa: E402
+
+
+@pytest.mark.parametrize("text", ["1.5", "1", "0x1.8", " 0x1p+0", "0x1p+0 ", "inf", "nan", "0x1.8p", "1e0",
+                                  "0x1p+0" + "0" * 80])
+def test_a_hex_float_must_have_float_hex_form(text):
+    d = _edit(attention_factor=text)
+    with pytest.raises(errors.ValueError, match="attention_factor.*float.hex"):
+        resolved_from_contract(d)
+
+
+@pytest.mark.parametrize("text, value", [("0x1.8000000000000p+0", 1.5), ("0x1.8p+0", 1.5), ("-0x1p-3", -0.125),
+                                         ("0X1.8P+0", 1.5), ("+0x1p+1", 2.0), ("0x0.0p+0", 0.0)])
+def test_float_hex_forms_are_read(text, value):
+    from pyrope.contract import _from_hex
+    assert _from_hex("x", text) == value
+
+
+def test_ints_in_a_contract_must_be_int64():
+    with pytest.raises(errors.ValueError, match="params.x"):
+        resolved_from_contract(_edit(params={"x": 2**63}))
+    with pytest.raises(errors.ValueError, match="original_window"):
+        resolved_from_contract(_edit(original_window=10**5000))
+    assert resolved_from_contract(_edit(params={"x": 2**63 - 1}))[2].params == {"x": 2**63 - 1}
+
+
+def test_default_rule_windows_stay_out_of_the_fingerprint_other_rules_keep_theirs():
+    plain = make_contract(layout="split_half", head_dim=64, resolved=resolve(None, head_dim=64, rotary_dim=64,
+                                                                           base=10000.0))
+    windowed = {**plain, "original_window": 4096, "target_window": 4096}
+    assert fingerprint(windowed) == fingerprint(plain)
+    yarn = make_contract(layout="split_half", head_dim=64, resolved=resolve(
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}, head_dim=64, rotary_dim=64,
+        base=10000.0))
+    assert fingerprint({**yarn, "target_window": 8192}) != fingerprint(yarn)
