@@ -46,7 +46,9 @@ contradicts ``rope_interleave`` raises ``ValueError``.
 
 from __future__ import annotations
 
+import builtins
 import copy
+import dataclasses
 import json
 import math
 import numbers
@@ -56,10 +58,10 @@ import warnings
 
 from ._checks import LAYOUT_NAMES
 from .errors import TypeError, ValueError
-from .scaling import Default, _positive_int, resolve, rule_from_dict
+from .scaling import MAX_DIM, Default, _positive_int, _shown, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "layout_from_hf_config",
-           "softmax_scale_factor_from_hf_config", "layer_ropes", "DEFAULT_BASE", "LAYOUT_FAMILIES",
+           "softmax_scale_factor_from_hf_config", "layer_ropes", "rope_layer_types", "DEFAULT_BASE", "LAYOUT_FAMILIES",
            "SOFTMAX_MSCALE_FAMILIES"]
 
 # transformers' config classes fall back to this when config.json names no
@@ -214,8 +216,10 @@ def load_hf_config(config_or_path) -> dict:
 
     ``config_or_path``: a dict (deep-copied), an object with ``to_dict()``
     (a transformers config), a path to a ``config.json`` file, or a directory
-    holding one.  A missing file or malformed JSON raises ``ValueError`` naming
-    the path.
+    holding one.  A missing file, malformed JSON, a key given twice in one
+    object (JSON leaves the meaning open; Python would keep the last), nesting
+    deeper than Python's recursion limit or an integer of more than 4300
+    digits raise ``ValueError`` naming the path (and the key).
     """
     if isinstance(config_or_path, dict):
         return copy.deepcopy(config_or_path)
@@ -227,11 +231,18 @@ def load_hf_config(config_or_path) -> dict:
             raise ValueError(f"config: no such file {str(path)!r}")
         try:
             text = path.read_text(encoding="utf-8")
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_keys)
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"config: cannot read {str(path)!r}: {exc}") from exc
+        except _DuplicateKey as exc:
+            raise ValueError(f"config: {str(path)!r} gives the key {exc.key!r} twice in one object; "
+                             "say which value is meant") from None
+        except RecursionError:
+            raise ValueError(f"config: {str(path)!r} nests arrays or objects too deeply to read") from None
         except json.JSONDecodeError as exc:
-            raise ValueError(f"config: {str(path)!r} is not valid JSON: {exc}") from exc
+            raise ValueError(f"config: {str(path)!r} is not valid JSON: {exc}") from None
+        except builtins.ValueError:  # int() past Python's 4300-digit limit (CVE-2020-10735)
+            raise ValueError(f"config: {str(path)!r} holds an integer of more than 4300 digits") from None
         if not isinstance(data, dict):
             raise ValueError(f"config: {str(path)!r} must hold a JSON object, got {type(data).__name__}")
         return data
@@ -245,6 +256,22 @@ def load_hf_config(config_or_path) -> dict:
         "config must be a dict, a path to config.json (or its folder), or an object with to_dict(); "
         f"got {type(config_or_path).__name__}"
     )
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs):
+    """json's object_pairs_hook: the object, refusing a key given twice."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 # --------------------------------------------------------------------------- public entry points
@@ -297,6 +324,15 @@ def softmax_scale_factor_from_hf_config(config, *, layer_type=None) -> float:
     """
     _, cfg, family = _view(config)
     return _read(cfg, family, None, layer_type, None)["softmax_scale_factor"]
+
+
+def rope_layer_types(config):
+    """The layer types a config gives its rope per (``rope_parameters`` by layer type in
+    transformers 5; Gemma 3's two bases; Gemma 4's defaults), sorted; ``None`` when one
+    rope serves every layer. Any of them is a ``layer_type=`` of ``Rope.from_hf_config``."""
+    _, cfg, family = _view(config)
+    params = _normalised(cfg, family).get("rope_parameters")
+    return sorted(params) if isinstance(params, dict) and _is_nested(params) else None
 
 
 def layer_ropes(config, *, layout=None, seq_len=None):
@@ -374,7 +410,11 @@ def _hf_rope(cls, config, *, layout=None, seq_len=None, layer_type=None):
 
 def _rope(cls, cfg, family, chosen, seq_len, layer_type):
     read = _read(cfg, family, seq_len, layer_type, None, normalised=True)
-    rope = cls(**read["args"], layout=chosen[0])
+    args = read["args"]
+    if read["window"] is not None:  # the default rule has no window of its own: the config's is the rope's
+        args = {**args, "scaling": dataclasses.replace(read["resolved"], original_window=read["window"],
+                                                       target_window=read["window"])}
+    rope = cls(**args, layout=chosen[0])
     rope._layout_source = chosen[1]
     rope._softmax_scale_factor = read["softmax_scale_factor"]
     return rope
@@ -447,8 +487,8 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
     base = _one_value("rope_theta", base, "rotary_emb_base", cfg.get("rotary_emb_base"))
     if base is None:
         base = default_base if default_base is not None else _DEFAULT_THETA.get(family, DEFAULT_BASE)
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not math.isfinite(base) or base <= 1:
-        raise ValueError(f"config: 'rope_theta' must be a finite number > 1, got {base!r}")
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not _finite(base) or base <= 1:
+        raise ValueError(f"config: 'rope_theta' must be a finite number > 1, got {_shown(base)}")
     base = float(base)
 
     partial = _one_value(f"{where}.partial_rotary_factor", rope.pop("partial_rotary_factor", None),
@@ -504,7 +544,10 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
             factor = resolved.params.get("factor")
         m = 1.0 if factor <= 1 else 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0
         softmax = m * m
-    return {"args": args, "softmax_scale_factor": softmax}
+    # the context window of a rope whose rule has none (the default rule): the config's
+    window = max_pos if name == "default" and isinstance(max_pos, int) and not isinstance(max_pos, bool) \
+        and 1 <= max_pos <= 2**63 - 1 else None
+    return {"args": args, "softmax_scale_factor": softmax, "resolved": resolved, "window": window}
 
 
 def _normalised(cfg, family):
@@ -540,6 +583,14 @@ def _normalised(cfg, family):
     return out
 
 
+def _finite(value):
+    """Whether a real number is a finite float64 (an int too large for one is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _int_key(cfg, *names):
     """The one value of a key that several spellings name (they must agree)."""
     value = None
@@ -551,8 +602,10 @@ def _int_key(cfg, *names):
 def _head_dim(cfg):
     rope_slice = cfg.get("qk_rope_head_dim")
     if rope_slice is not None:  # MLA: the rope acts on the qk_rope_head_dim slice
-        if isinstance(rope_slice, bool) or not isinstance(rope_slice, int) or rope_slice < 2 or rope_slice % 2:
-            raise ValueError(f"config: 'qk_rope_head_dim' must be an even int >= 2, got {rope_slice!r}")
+        if isinstance(rope_slice, bool) or not isinstance(rope_slice, int) or rope_slice < 2 or rope_slice % 2 \
+                or rope_slice > MAX_DIM:
+            raise ValueError(f"config: 'qk_rope_head_dim' must be an even int in [2, {MAX_DIM}], "
+                             f"got {_shown(rope_slice)}")
         return rope_slice
     head_dim = cfg.get("head_dim")
     if head_dim is None:
@@ -565,8 +618,12 @@ def _head_dim(cfg):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config: {key!r} must be a positive int, got {value!r}")
         head_dim = hidden // heads
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
-        raise ValueError(f"config: 'head_dim' must be an int >= 2, got {head_dim!r}")
+        if head_dim > MAX_DIM:
+            raise ValueError(f"config: the head dimension 'hidden_size' // 'num_attention_heads' must be at most "
+                             f"{MAX_DIM} (pyrope.scaling.MAX_DIM), got {_shown(head_dim)}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 2 <= head_dim <= MAX_DIM:
+        raise ValueError(f"config: 'head_dim' must be an int in [2, {MAX_DIM}] (pyrope.scaling.MAX_DIM), "
+                         f"got {_shown(head_dim)}")
     return head_dim
 
 

@@ -671,3 +671,56 @@ def test_layer_ropes_takes_layout_and_seq_len():
     assert [r.fingerprint for r in ropes] == [expected.fingerprint] * 2
     with pytest.raises(ValueError, match="rope_interleave"):
         layer_ropes({**H.DEEPSEEK_V3, "rope_interleave": True}, layout="split_half")
+
+
+# --------------------------------------------------------------------------- hostile files, windows, layer types
+
+from pyrope import errors  # noqa: E402
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"head_dim": 64, "head_dim": 128}', "'head_dim' twice"),
+    ('{"head_dim": 64, "rope_scaling": {"rope_type": "linear", "factor": 2, "factor": 8}}', "'factor' twice"),
+    ("[" * 5000 + "]" * 5000, "too deeply"),
+    ('{"head_dim": ' + "9" * 4301 + "}", "4300 digits"),
+    ('{"head_dim": 64,}', "not valid JSON"),
+])
+def test_hostile_json_is_refused_naming_the_file_and_key(text, needle, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(errors.ValueError) as info:
+        load_hf_config(path)
+    assert needle in str(info.value) and str(path) in str(info.value)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("key, value", [("rope_theta", 10**400), ("hidden_size", 10**400), ("head_dim", 2**40),
+                                        ("head_dim", 100_000_000), ("qk_rope_head_dim", 2**40)])
+def test_huge_numbers_in_a_config_are_refused_naming_the_key(key, value):
+    config = {**H.LLAMA2_7B, key: value}
+    with pytest.raises(errors.ValueError) as info:
+        pyrope.Rope.from_hf_config(config)
+    assert key in str(info.value)
+    assert len(str(info.value)) < 300
+
+
+def test_a_default_rule_config_carries_its_window_without_changing_the_fingerprint():
+    rope = pyrope.Rope.from_hf_config(H.LLAMA2_7B)
+    contract = rope.contract()
+    assert (contract["original_window"], contract["target_window"]) == (4096, 4096)
+    hand_built = pyrope.Rope(128, layout="split_half")  # the same position function, no window
+    assert hand_built.contract()["original_window"] is None
+    assert rope.fingerprint == hand_built.fingerprint == OLD_FINGERPRINTS["LLAMA2_7B"]
+    back = pyrope.Rope.from_contract(json.loads(json.dumps(contract)))
+    assert back.contract() == contract and back.fingerprint == rope.fingerprint
+    # a rule with windows of its own keeps them, and the config's max_position_embeddings is not forced on it
+    yarn = pyrope.Rope.from_hf_config(H.QWEN25_7B_YARN).contract()
+    assert (yarn["original_window"], yarn["target_window"]) == (32768, 131072)
+
+
+def test_rope_layer_types():
+    from pyrope.config import rope_layer_types
+    assert rope_layer_types(H.GEMMA3_4B) == ["full_attention", "sliding_attention"]
+    assert rope_layer_types(H.LLAMA31_8B) is None
+    for layer_type in rope_layer_types(H.GEMMA3_4B):
+        assert pyrope.Rope.from_hf_config(H.GEMMA3_4B, layer_type=layer_type).head_dim == 256
