@@ -268,7 +268,9 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
     - ``rotate``: a backend's rotation ``rotate(x[n, 1, head_dim] float32,
       positions[n]) -> rotated``; adds the ``backend`` check against the rope.
     - ``positions``, ``shifts``: where to test (defaults reach 2**30; the
-      rope's target window and twice it are added).
+      edges of the rope's target window, else its original window (a default
+      rope read from a config: the config's ``max_position_embeddings``), and
+      twice it are added, up to ``ROPE_MAX_POSITION``).
     - ``progress``: optional ``progress(done, total, name)`` called after each check.
 
     Never raises for a failed check (see :meth:`SanityReport.raise_if_failed`);
@@ -282,9 +284,12 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
     if rotate is not None and not callable(rotate):
         raise TypeError(f"rotate must be callable (x, positions) -> rotated, got {type(rotate).__name__}")
     window = rope._resolved.target_window or rope._resolved.original_window
+    if window is not None and window > MAX_POSITION:  # beyond the positions the kernel serves: its edge instead
+        window = MAX_POSITION
     positions = tuple(int(p) for p in positions)
-    if window:  # up to the target window and beyond it
-        positions += tuple(p for p in (window - 1, window, 2 * window) if p not in positions)
+    if window:  # up to the target window and beyond it (as far as the kernel's positions go)
+        edges = (window - 1, window, 2 * window)
+        positions += tuple(p for p in edges if p not in positions and p <= MAX_POSITION)
     rng = np.random.default_rng(seed)
     q, k = _samples(rope, q, k, wq, wk, hidden, num_heads, num_kv_heads, rng)
     both = np.concatenate([q, k])
