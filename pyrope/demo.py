@@ -19,31 +19,57 @@ STARTS = (3, 10, 100, 4000)
 def frequency_table(dim=64, base=10000.0, window=4096):
     """Rows (pair, omega, wavelength, turns over window) from the kernel's frequencies."""
     rope = Rope(dim, layout="interleaved", base=base)
-    return [(i, float(w), 2 * math.pi / float(w), window * float(w) / (2 * math.pi))
-            for i, w in enumerate(rope.inv_freq)]
+    w = rope.inv_freq
+    return list(zip(range(len(w)), w.tolist(), (2 * math.pi / w).tolist(), (window * w / (2 * math.pi)).tolist()))
 
 
 def shift_rows(dim=64, gap=2, starts=STARTS, base=10000.0, seed=0):
-    """Rows (start, rotary score via the kernel, rotary via reference, additive score)."""
+    """Rows (start, rotary score via the kernel, rotary via reference, additive score).
+
+    The reference column rotates with the standard-library reference's exact
+    cos/sin of each angle (``reference.cos_sin``) at the rope's frequencies;
+    the additive score adds the sinusoidal encoding ``P[m] = (sin m w_i, cos m w_i)``
+    built from the same values. Each position's angles are computed once, so
+    the cost is linear in ``dim``."""
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((1, 1, dim)).astype(np.float32)
     k = rng.standard_normal((1, 1, dim)).astype(np.float32)
     rope = Rope(dim, layout="interleaved", base=base)
-    qv, kv = [float(v) for v in q.ravel()], [float(v) for v in k.ravel()]
+    q64, k64 = q.ravel().astype(np.float64), k.ravel().astype(np.float64)
     rows = []
-    for start, ref_rotary, additive in reference.shift_comparison(qv, kv, gap, starts, base):
+    for start in starts:
         qm = rope.apply(q, [start]).astype(np.float64)
         kn = rope.apply(k, [start + gap]).astype(np.float64)
-        rows.append((start, float(np.sum(qm * kn)), ref_rotary, additive))
+        (cm, cn), (sm, sn) = (np.array(t) for t in reference.cos_sin([start, start + gap], rope.inv_freq.tolist()))
+        ref = float(np.dot(_rotated(q64, cm, sm), _rotated(k64, cn, sn)))
+        pm, pn = _sinusoid(cm, sm), _sinusoid(cn, sn)
+        rows.append((start, float(np.sum(qm * kn)), ref, float(np.dot(q64 + pm, k64 + pn))))
     return rows
+
+
+def _rotated(x, cos, sin):
+    """x (interleaved pairs) rotated by the angles whose cos and sin are given."""
+    x0, x1 = x[0::2], x[1::2]
+    out = np.empty_like(x)
+    out[0::2] = x0 * cos - x1 * sin
+    out[1::2] = x0 * sin + x1 * cos
+    return out
+
+
+def _sinusoid(cos, sin):
+    """The additive sinusoidal encoding: ``P[2i] = sin(m w_i)``, ``P[2i+1] = cos(m w_i)``."""
+    out = np.empty(2 * len(cos))
+    out[0::2], out[1::2] = sin, cos
+    return out
 
 
 def turn_rows(dim=64, gaps=GAPS, base=10000.0):
     """Rows (gap, turns of the fastest pair, of the slowest pair, pairs within one turn)."""
+    w = Rope(dim, layout="interleaved", base=base).inv_freq
     rows = []
     for gap in gaps:
-        t = reference.turns(gap, dim, base)
-        rows.append((gap, t[0], t[-1], reference.pairs_within_one_turn(gap, dim, base)))
+        t = gap * w / (2 * math.pi)
+        rows.append((gap, float(t[0]), float(t[-1]), int(np.sum(np.abs(t) < 1.0))))
     return rows
 
 

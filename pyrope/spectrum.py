@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import OverflowError, ValueError
 from .rope import Rope
 
 
@@ -52,23 +53,62 @@ def curves_for(base_rope, window, scaled=()):
         target = resolved.target_window
         if target is None:
             factor = resolved.params.get("factor")
-            target = int(round(window * factor)) if isinstance(factor, (int, float)) else window
+            target = _times(window, factor, label) if isinstance(factor, (int, float)) else window
         curves.append(Curve(label, rope.inv_freq, target, rope.attention_factor))
     return curves
 
 
+def _times(window, factor, label):
+    """``round(window * factor)``, the extended window of a rule without one of its own."""
+    target = window * factor
+    if not 1 <= target < 2**63:
+        raise OverflowError(f"{label}: 'factor' = {factor!r} makes the extended window {window} * factor = "
+                            f"{target:g} tokens, outside [1, 2**63)")
+    return int(round(target))
+
+
+# What rope_for_rule fills in for a rule when the caller does not: the
+# original window for the rules that read one, Llama 3.1's band factors, and a
+# dynamic NTK length at the target (window * factor). Listed in `pyrope spectrum --help`.
+RULE_DEFAULTS = {
+    "dynamic": "max_position_embeddings=WINDOW, seq_len=WINDOW*FACTOR",
+    "yarn": "original_max_position_embeddings=WINDOW, beta_fast=32, beta_slow=1",
+    "llama3": "original_max_position_embeddings=WINDOW, low_freq_factor=1, high_freq_factor=4 (Llama 3.1's)",
+    "longrope": "original_max_position_embeddings=WINDOW; short_factor and long_factor must be given",
+    "freq_factors": "factors must be given",
+}
+
+
+def rule_keys(rule):
+    """The keys a rule reads (its ``pyrope.scaling`` fields); ValueError for an unknown rule."""
+    from dataclasses import fields
+
+    from .scaling import RULES
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; known rules: {', '.join(sorted(RULES))}")
+    return tuple(f.name for f in fields(RULES[rule]))
+
+
 def rope_for_rule(dim, base, rule, *, factor=None, window=None, extra=None):
-    """A Rope for a rule name with the usual knobs (``pyrope spectrum --scaling``)."""
-    scaling = {"rope_type": rule}
+    """A Rope for a rule name with the usual knobs (``pyrope spectrum --scaling``).
+
+    ``factor``: the scaling factor (``extra["factor"]`` wins); ``window``: the
+    original window; ``extra``: the rule's other keys. Keys left out take the
+    defaults of :data:`RULE_DEFAULTS`.
+    """
+    scaling = {"rope_type": rule, **(extra or {})}
     if factor is not None:
-        scaling["factor"] = factor
+        scaling.setdefault("factor", factor)
+    factor = scaling.get("factor")
     if rule in ("yarn", "llama3", "longrope") and window is not None:
-        scaling["original_max_position_embeddings"] = window
-    if rule == "dynamic" and window is not None:
+        scaling.setdefault("original_max_position_embeddings", window)
+    if rule == "llama3":
+        scaling.setdefault("low_freq_factor", 1.0)
+        scaling.setdefault("high_freq_factor", 4.0)
+    if rule == "dynamic" and window is not None and scaling.get("alpha") is None:
         scaling.setdefault("max_position_embeddings", window)
-        if factor is not None:
-            scaling.setdefault("seq_len", int(round(window * factor)))
-    scaling.update(extra or {})
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+            scaling.setdefault("seq_len", _times(window, factor, rule))
     return Rope(dim, layout="interleaved", base=base, scaling=scaling)
 
 
@@ -82,27 +122,33 @@ def as_dict(curves):
             "window": c.window,
             "attention_factor": c.attention_factor,
             "within_one_turn": c.within_one_turn,
-            "omega": [float(v) for v in c.inv_freq],
-            "wavelength": [None if math.isinf(v) else float(v) for v in c.wavelength],
-            "turns": [float(v) for v in c.turns],
+            "omega": c.inv_freq.tolist(),
+            "wavelength": [None if math.isinf(v) else v for v in c.wavelength.tolist()],
+            "turns": c.turns.tolist(),
         } for c in curves],
     }
 
 
+def _column(values, spec):
+    return [format(v, spec) for v in values.tolist()]
+
+
 def render(curves):
-    """A readable table: one row per pair, one column group per curve."""
-    head = ["pair"]
+    """A readable table: one row per pair, one column group per curve.
+
+    Each curve's arrays are computed and formatted once, a column at a time,
+    so the time is linear in the number of pairs."""
+    n = len(curves[0].inv_freq)
+    columns = [("pair", [f"{i:4d}" for i in range(n)])]
     for c in curves:
-        head += [f"omega[{c.label}]", "wavelength", f"turns/{c.window}"]
-    rows = []
-    for i in range(len(curves[0].inv_freq)):
-        row = [f"{i:4d}"]
-        for c in curves:
-            row += [f"{c.inv_freq[i]:.6g}", f"{c.wavelength[i]:.6g}", f"{c.turns[i]:.4g}"]
-        rows.append(row)
-    widths = [max(len(h), *(len(r[j]) for r in rows)) for j, h in enumerate(head)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in rows]
+        columns += [(f"omega[{c.label}]", _column(c.inv_freq, ".6g")),
+                    ("wavelength", _column(c.wavelength, ".6g")),
+                    (f"turns/{c.window}", _column(c.turns, ".4g"))]
+    padded = []
+    for head, cells in columns:
+        width = max(len(head), max(map(len, cells), default=0))
+        padded.append([head.rjust(width)] + [v.rjust(width) for v in cells])
+    lines = ["  ".join(row) for row in zip(*padded)]
     lines.append("")
     for c in curves:
         extra = f", attention factor {c.attention_factor:.6g}" if c.attention_factor != 1.0 else ""
@@ -111,13 +157,20 @@ def render(curves):
     return "\n".join(lines)
 
 
+def require_matplotlib():
+    """Raise ``pyrope.errors.ImportError`` naming the extra unless matplotlib imports
+    (``--plot`` checks this before any work, so nothing is printed in vain)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from .errors import ImportError as RopeImportError
+        raise RopeImportError("--plot needs matplotlib: pip install 'pyrope[plot]'") from None
+
+
 def plot(curves, path):
     """Write a PNG: wavelength per pair (log scale) against each curve's window."""
-    try:
-        import matplotlib
-    except ImportError:
-        from .errors import ValueError
-        raise ValueError("--plot needs matplotlib: pip install 'pyrope[plot]'") from None
+    require_matplotlib()
+    import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
