@@ -89,7 +89,7 @@ def test_contract_single_and_diff(tmp_path, capsys):
     code, out, _ = run(["contract", str(a), str(a)], capsys)
     assert code == 0 and out.startswith("same position function")
     code, out, _ = run(["contract", str(a), str(b)], capsys)
-    assert code == 0 and "different position functions" in out and "rule" in out
+    assert code == 1 and "different position functions" in out and "rule" in out
 
 
 @pytest.mark.parametrize("argv,needle", [
