@@ -395,7 +395,8 @@ HOSTILE_CONFIGS = {
 @pytest.mark.parametrize("name", sorted(HOSTILE_CONFIGS))
 def test_hostile_configs_are_one_line_and_exit_2(name, command, write, capsys):
     text, needle = HOSTILE_CONFIGS[name]
-    refused([command, write(text)], capsys, needle)
+    flag = [] if command == "contract" else ["--config"]  # the form every version took
+    refused([command, *flag, write(text)], capsys, needle)
 
 
 def test_spectrum_plot_without_matplotlib_fails_before_printing(tmp_path):

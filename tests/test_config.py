@@ -684,7 +684,7 @@ from pyrope import errors  # noqa: E402
     ("[" * 5000 + "]" * 5000, "too deeply"),
     ('{"head_dim": ' + "9" * 4301 + "}", "4300 digits"),
     ('{"head_dim": 64,}', "not valid JSON"),
-])
+], ids=["key twice", "nested key twice", "nested 5000 deep", "4301 digits", "trailing comma"])
 def test_hostile_json_is_refused_naming_the_file_and_key(text, needle, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -695,7 +695,9 @@ def test_hostile_json_is_refused_naming_the_file_and_key(text, needle, tmp_path)
 
 
 @pytest.mark.parametrize("key, value", [("rope_theta", 10**400), ("hidden_size", 10**400), ("head_dim", 2**40),
-                                        ("head_dim", 100_000_000), ("qk_rope_head_dim", 2**40)])
+                                        ("head_dim", 100_000_000), ("qk_rope_head_dim", 2**40)],
+                         ids=["rope_theta 10**400", "hidden_size 10**400", "head_dim 2**40", "head_dim 1e8",
+                              "qk_rope_head_dim 2**40"])
 def test_huge_numbers_in_a_config_are_refused_naming_the_key(key, value):
     config = {**H.LLAMA2_7B, key: value}
     with pytest.raises(errors.ValueError) as info:
