@@ -333,7 +333,7 @@ def test_demo_of_a_wide_head_is_quick_and_still_right(capsys):
 
 @pytest.mark.parametrize("argv,needle", [
     (["spectrum", "--dim", "10000000"], "--dim"),
-    (["spectrum", "--dim", "7"], "--dim"),
+    (["spectrum", "--dim", "7"], "even"),
     (["spectrum", "--window", "0"], "--window"),
     (["spectrum", "--window", str(2**40)], "--window"),
     (["spectrum", "--factor", "nan", "--scaling", "linear"], "--factor"),
