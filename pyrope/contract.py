@@ -260,11 +260,13 @@ def _check_layout(layout):
 
 _MAX_INT = 2**63 - 1  # ints in a contract are int64: every consumer can hold them
 
-# float.hex()'s form (an optional sign, "0x", hex digits with an optional
-# fraction, a binary exponent). float.fromhex alone also takes "1.5" (read as
-# 0x1.5 = 1.3125), "inf" and surrounding spaces: a contract written by hand
-# with a decimal number would be read as another number without a word.
-_HEX_FLOAT = re.compile(r"[+-]?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]+", re.IGNORECASE)
+# float.hex()'s forms: an optional sign, "0x", hex digits with an optional
+# fraction, a binary exponent; "inf", "-inf" and "nan" as it writes them (the
+# callers refuse those against the kernel's limits, naming them). float.fromhex
+# alone also takes "1.5" (read as 0x1.5 = 1.3125), "Infinity" and surrounding
+# spaces: a contract edited by hand with a decimal number would be read as
+# another number without a word.
+_HEX_FLOAT = re.compile(r"[+-]?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]+|-?inf|nan", re.IGNORECASE)
 
 
 def _shown(value):

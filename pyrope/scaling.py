@@ -262,16 +262,16 @@ def _target(max_position_embeddings, original, factor, rule, source="'factor'"):
 def _scaled_base(base, growth, exponent, rule, source, growth_name):
     """``base * growth ** exponent``, the base a base change gives; ``OverflowError`` naming
     ``source`` (the parameter that gave ``growth``, called ``growth_name`` in the hint)
-    when it is not a finite float64 > 1:
+    when it is not a finite float64 > 0:
     every pair but the first would then turn at frequency 0 (or infinity)."""
     try:  # a growth <= 0 (cancellation in s*L/W - (s-1)) would make a complex power
         scaled = base * growth ** exponent if growth > 0 else math.nan
     except builtins.OverflowError:
         scaled = math.inf
-    if not (1.0 < scaled < math.inf):
+    if not 0.0 < scaled < math.inf:  # a base in (0, 1] is left to the frequency limit, which names it
         limit = (sys.float_info.max / base) ** (1 / exponent)
         raise OverflowError(f"{rule}: {source} makes the scaled base {base!r} * {growth!r} ** {exponent:.6g} = "
-                            f"{scaled!r}, not a float64 > 1: the pairs would turn at frequency 0; "
+                            f"{scaled!r}, not a finite float64 > 0: the pairs would turn at frequency 0; "
                             f"{growth_name} must be at most {limit:.6g}")
     return scaled
 

@@ -219,7 +219,7 @@ def test_make_contract_checks_its_arguments():
 from pyrope import errors  # noqa: E402
 
 
-@pytest.mark.parametrize("text", ["1.5", "1", "0x1.8", " 0x1p+0", "0x1p+0 ", "inf", "nan", "0x1.8p", "1e0",
+@pytest.mark.parametrize("text", ["1.5", "1", "0x1.8", " 0x1p+0", "0x1p+0 ", "Infinity", "+nan", "0x1.8p", "1e0",
                                   "0x1p+0" + "0" * 80], ids=lambda t: repr(t)[:16])
 def test_a_hex_float_must_have_float_hex_form(text):
     d = _edit(attention_factor=text)
