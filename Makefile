@@ -62,10 +62,10 @@ sanitize: install-test
 	cp -r pyrope csrc tests docs pyproject.toml README.md $(SAN_DIR)/
 	rm -f $(SAN_DIR)/pyrope/_pyrope_cffi*
 	cd $(SAN_DIR) && PYROPE_CFLAGS="$(SAN_FLAGS)" PYROPE_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) pyrope/_build.py
-	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  $(PYTHON) -c "import pyrope, sys; assert pyrope.__file__.startswith('$(CURDIR)/$(SAN_DIR)'), pyrope.__file__" && \
-	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys
 
