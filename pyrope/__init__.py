@@ -17,6 +17,7 @@ rotate with it (plus the numpy-only ``cache``, ``layout``, ``positions`` and
 import importlib as _importlib
 import os as _os
 
+from . import _kernel
 from ._kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
 from .config import load_hf_config, rope_arguments_from_hf_config
 from .contract import fingerprint, make_contract, resolved_from_contract
@@ -32,6 +33,23 @@ from . import cache, layout, positions
 _LAZY_SUBMODULES = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark", "gguf")
 
 __version__ = "0.1.0"
+
+
+def _warn_about_the_environment():
+    """A bad PYROPE_ISA / PYROPE_NUM_THREADS: a RuntimeWarning naming it (the default is
+    used), except when the command line is starting, which refuses it in one line."""
+    import os
+    import sys
+    argv = getattr(sys, "orig_argv", sys.argv)
+    if os.path.basename(sys.argv[0]) == "pyrope" or argv[1:3] == ["-m", "pyrope"]:
+        return
+    import warnings
+    for exc in _kernel.ENVIRONMENT_ERRORS:
+        warnings.warn(f"{exc}; ignored, using the default", RuntimeWarning, stacklevel=3)
+
+
+if _kernel.ENVIRONMENT_ERRORS:
+    _warn_about_the_environment()
 __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
            "get_num_threads", "set_num_threads",
            "resolve", "Resolved", "Default", "Linear", "NTK", "Dynamic", "Yarn", "Llama3", "LongRope",

@@ -218,7 +218,15 @@ def _isa_from_environment():
             raise ValueError(f"environment variable PYROPE_ISA: {exc}") from None
 
 
-_isa_from_environment()
+# A bad variable is not an import error: `pyrope --help` must still run, and
+# the command line refuses it in one line (cli.py). A library user gets a
+# RuntimeWarning naming it and the default (as torch does for OMP_NUM_THREADS),
+# from pyrope/__init__.py, which knows whether the command line is starting.
+ENVIRONMENT_ERRORS = []
+try:
+    _isa_from_environment()
+except ValueError as exc:
+    ENVIRONMENT_ERRORS.append(exc)
 if _isa_base is None:
     _isa_base = get_isa()   # C's own choice: the best supported
 
@@ -261,7 +269,10 @@ def _threads_from_environment():
                              f"1..{MAX_THREADS}, got {text!r} ({exc})") from None
 
 
-_threads_from_environment()
+try:
+    _threads_from_environment()
+except ValueError as exc:
+    ENVIRONMENT_ERRORS.append(exc)
 
 
 # ---- tables ----------------------------------------------------------------------

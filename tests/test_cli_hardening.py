@@ -414,3 +414,16 @@ def test_spectrum_plot_without_matplotlib_fails_before_printing(tmp_path):
 def test_the_overflow_messages_name_the_key_not_a_5000_digit_number(write, capsys):
     err = refused(["contract", write(_yarn(original_max_position_embeddings=10**1000))], capsys)
     assert len(err) < 300 and "digits" in err
+
+
+@pytest.mark.parametrize("name,value", [("PYROPE_ISA", "bogus"), ("PYROPE_NUM_THREADS", "abc")])
+def test_bad_environment_in_a_real_process(name, value):
+    """`import pyrope` survives a bad variable, so --help runs; a command refuses it in one line."""
+    env = dict(os.environ, **{name: value})
+    help_ = subprocess.run([sys.executable, "-m", "pyrope", "--help"], env=env, capture_output=True,
+                           text=True, cwd=ROOT)
+    assert help_.returncode == 0 and "usage: pyrope" in help_.stdout and help_.stderr == ""
+    proc = subprocess.run([sys.executable, "-m", "pyrope", "demo"], env=env, capture_output=True, text=True,
+                          cwd=ROOT)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and proc.stdout == "" and len(lines) == 1 and name in lines[0], proc.stderr

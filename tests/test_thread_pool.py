@@ -70,8 +70,13 @@ def test_num_threads_from_environment():
     env = dict(os.environ, PYROPE_NUM_THREADS="3", PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     assert out.returncode == 0 and out.stdout.strip() == "3", out.stderr
+    # a bad value is a RuntimeWarning naming the variable, and the default is used
     env["PYROPE_NUM_THREADS"] = "lots"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0 and out.stdout.strip() == str(_kernel._default_threads()), out.stderr
+    assert "RuntimeWarning" in out.stderr and "PYROPE_NUM_THREADS" in out.stderr and "'lots'" in out.stderr
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
+                         capture_output=True, text=True, cwd=root)
     assert out.returncode != 0 and "PYROPE_NUM_THREADS" in out.stderr
 
 
