@@ -33,6 +33,10 @@ class build_ext_with_library(build_ext):
             for built, source in self._library_mapping():
                 self.mkpath(os.path.dirname(source))
                 self.copy_file(built, source, level=self.verbose)
+            # an older in-place build under another suffix would be imported instead
+            for ext in self.extensions:
+                for path in _builder().remove_shadowing_builds(self.get_ext_fullpath(ext.name)):
+                    self.announce(f"removed {path}: it would shadow the extension just built", level=2)
 
     def _library_mapping(self):
         source_pkg = self.get_finalized_command("build_py").get_package_dir("pyrope")

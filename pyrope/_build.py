@@ -5,7 +5,9 @@ The cdef is ``csrc/pyrope.h`` itself, run through the C preprocessor with
 its enum), plus the header's numeric ``#define`` constants: the header is
 the one description of the C API. Every ``csrc/*.c`` is compiled, so a new
 kernel file needs no build list. ``setup.py`` names this module in
-``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place.
+``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place,
+under the file name setup.py's build gives it (:func:`extension_filename`),
+and removes any other build of it that Python would load first.
 
 The same sources, with the same flags, also make ``libpyrope``, the shared
 library for C and C++ programs (:func:`build_library`): ``lib/`` in the
@@ -14,6 +16,7 @@ package holds it and ``lib/pkgconfig/pyrope.pc``, ``include/`` holds
 editable installs carry it, and so does the in-place build.
 """
 import glob
+import importlib.machinery
 import os
 import re
 import shlex
@@ -58,10 +61,12 @@ def cdef_from_header(path):
     return "\n".join([expanded] + ints + floats)
 
 
+MODULE = "pyrope._pyrope_cffi"
+
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_from_header(os.path.join(CSRC, "pyrope.h")))
 ffibuilder.set_source(
-    "pyrope._pyrope_cffi",
+    MODULE,
     '#include "pyrope.h"',
     sources=SOURCES,
     include_dirs=[os.path.relpath(CSRC)],
@@ -69,6 +74,38 @@ ffibuilder.set_source(
     extra_link_args=LDFLAGS,
     libraries=["m"] if sys.platform != "win32" else [],
 )
+
+
+def extension_filename():
+    """The extension's path relative to the source root, as setup.py's build
+    names it: ``pyrope/_pyrope_cffi.abi3.so`` on CPython, where cffi builds for
+    the stable ABI. cffi's own ``compile()`` would use the version-tagged name
+    (``.cpython-311-x86_64-linux-gnu.so``), which Python prefers to ``.abi3.so``:
+    an in-place build under it would shadow every later ``pip install -e .``."""
+    from cffi.setuptools_ext import add_cffi_module
+    from setuptools import Distribution
+
+    # the Extension cffi_modules= makes (this file, by path, as setup.py names it)
+    dist = Distribution()
+    add_cffi_module(dist, f"{os.path.abspath(__file__)}:ffibuilder")
+    build_ext = dist.get_command_obj("build_ext")
+    build_ext.ensure_finalized()
+    return build_ext.get_ext_filename(MODULE)
+
+
+def remove_shadowing_builds(built):
+    """Delete every other file ``import`` could load for the extension beside
+    ``built`` (the file just written): builds under another suffix (an older
+    in-place build, another Python's) would otherwise be loaded instead of it,
+    or make which one loads depend on the suffix order. Returns their paths."""
+    stem = os.path.join(os.path.dirname(built), MODULE.rsplit(".", 1)[1])
+    removed = []
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = stem + suffix
+        if os.path.exists(path) and not os.path.samefile(path, built):
+            os.remove(path)
+            removed.append(path)
+    return removed
 
 
 # ---- libpyrope: the C library shipped in the package ------------------------
@@ -161,6 +198,12 @@ def build_library(package_dir, tmp_dir):
 
 
 if __name__ == "__main__":
-    ffibuilder.compile(tmpdir=os.path.dirname(HERE), verbose=False)
+    root = os.path.dirname(HERE)
+    name = extension_filename()
+    # cffi puts the target file name in the module's package directory
+    built = ffibuilder.compile(tmpdir=root, verbose=False, target=os.path.basename(name))
+    if os.path.abspath(built) != os.path.join(root, name):
+        sys.exit(f"cffi wrote the extension to {built}, not {name}")
+    remove_shadowing_builds(built)
     with tempfile.TemporaryDirectory() as tmp:
         build_library(HERE, tmp)
