@@ -5,7 +5,7 @@ model's rotary embedding and returns ``head_dim``, ``rotary_dim``, ``base``,
 ``scaling`` and ``layout``, ready for ``Rope(**args)``; ``Rope.from_gguf`` is
 the one-call form.  The file is parsed with the ``gguf`` package (the format's
 own reader, maintained with llama.cpp), an optional extra:
-``pip install "pyrope[gguf]"``.  Importing this module does not import it.
+``pip install "pyrope-rotary[gguf]"``.  Importing this module does not import it.
 
 What is read (``{arch}`` = ``general.architecture``), with llama.cpp's defaults
 (``llama_model::load_hparams`` in ``src/llama-model.cpp``):
@@ -127,7 +127,7 @@ def _import_gguf():
     except builtins.ImportError as exc:
         raise ImportError(
             f"reading GGUF files needs the gguf package, an optional extra of pyrope: "
-            f"pip install \"pyrope[{EXTRA}]\" (or pip install gguf)") from exc
+            f"pip install \"pyrope-rotary[{EXTRA}]\" (or pip install gguf)") from exc
     return gguf
 
 
