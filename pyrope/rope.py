@@ -108,8 +108,14 @@ class Rope:
         transformers code rotates adjacent pairs of HF weights are
         ``"interleaved"``), else ``"split_half"``; ``rope.layout_source`` says
         which. An explicit layout contradicting ``rope_interleave`` raises
-        ``ValueError``. ``seq_len``: current length, for dynamic NTK and
-        LongRoPE, whose frequencies depend on it. ``layer_type``: the entry of a
+        ``ValueError``. ``seq_len``: the length the frequencies are for, for
+        dynamic NTK and LongRoPE, whose frequencies depend on it (``None``:
+        those of the original window). For LongRoPE that is the call's largest
+        position + 1. transformers' dynamic NTK is stateful: each rotary module
+        keeps the longest length it has seen until a call is shorter than
+        ``max_position_embeddings``, so to get transformers' frequencies pass
+        that kept length, not the call's own:
+        ``pyrope.scaling.dynamic_seq_len`` tracks it. ``layer_type``: the entry of a
         per-layer-type ``rope_parameters``. DeepSeek-style (MLA) configs give the
         rope of the ``qk_rope_head_dim`` slice, and ``rope.softmax_scale_factor``.
         See ``pyrope.config`` (and ``pyrope.config.layer_ropes`` for every layer).
