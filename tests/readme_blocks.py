@@ -1,5 +1,6 @@
 """README's code blocks, found by the heading they sit under, so the tests run
 the examples as the README shows them and the two cannot drift apart."""
+import collections
 import pathlib
 import re
 
@@ -25,3 +26,28 @@ def code_blocks(heading, language="python"):
 def _inside_fence(lines, index):
     """Whether line ``index`` sits inside a fenced block (a '# comment' there is no heading)."""
     return sum(1 for line in lines[:index] if line.startswith("```")) % 2 == 1
+
+
+Block = collections.namedtuple("Block", "section language text line")
+
+
+def fenced_blocks(path=README):
+    """Every fenced block of a Markdown file, in order, as :class:`Block`:
+    ``section`` the last top-level heading above it (``# `` or ``## ``; the
+    title for blocks before the first ``## ``), ``language`` what follows the
+    opening fence (``""`` for none), ``text`` its lines, ``line`` the line
+    number of its first one."""
+    blocks, section, fence = [], None, None
+    for number, line in enumerate(pathlib.Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if fence is not None:
+            if line.startswith("```"):
+                blocks.append(Block(section, fence[0], "\n".join(fence[2]) + "\n", fence[1]))
+                fence = None
+            else:
+                fence[2].append(line)
+        elif line.startswith("```"):
+            fence = (line[3:].strip(), number + 1, [])
+        elif re.match(r"#{1,2} ", line):
+            section = line
+    assert fence is None, f"{path}: the block opened before line {fence[1]} is never closed"
+    return blocks
