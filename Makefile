@@ -59,7 +59,7 @@ SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fra
 SAN_DIR = build/sanitize
 sanitize: install-test
 	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
-	cp -r pyrope csrc tests docs pyproject.toml README.md $(SAN_DIR)/
+	cp -r pyrope csrc tests docs pyproject.toml setup.py MANIFEST.in README.md $(SAN_DIR)/
 	rm -f $(SAN_DIR)/pyrope/_pyrope_cffi*
 	cd $(SAN_DIR) && PYROPE_CFLAGS="$(SAN_FLAGS)" PYROPE_LDFLAGS="-fsanitize=address,undefined" $(PYTHON) pyrope/_build.py
 	cd $(SAN_DIR) && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
