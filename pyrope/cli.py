@@ -109,7 +109,9 @@ def _config_args(parser, many=False):
                         help="for a config whose rope_parameters are given per layer type (Gemma 3/4, "
                              "transformers 5): which one, e.g. full_attention or sliding_attention")
     parser.add_argument("--seq-len", type=_bounded_int(1, MAX_WINDOW), metavar="N",
-                        help="current length, for dynamic and longrope configs")
+                        help="the length the frequencies are for, for dynamic and longrope configs "
+                             "(dynamic, as transformers: the longest length its module has kept, "
+                             "pyrope.scaling.dynamic_seq_len)")
 
 
 def build_parser():

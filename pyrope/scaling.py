@@ -39,6 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
+from ._dynamic import dynamic_seq_len
 from ._kernel import MAX_INV_FREQ
 from .errors import OverflowError, TypeError, ValueError
 
@@ -56,6 +57,7 @@ __all__ = [
     "LongRope",
     "Proportional",
     "FreqFactors",
+    "dynamic_seq_len",
 ]
 
 # Largest window, length or other count a rule reads: int64, so that every ratio
@@ -332,7 +334,10 @@ class Dynamic:
     ``b' = b * (s * L / max_position_embeddings - (s - 1)) ** (d/(d-2))``,
     ``inv_freq_i = b' ** (-2i/d)``; at or below the window ``b' = b``.  Attention
     factor 1.  Keys already rotated under one ``seq_len`` are not valid under
-    another: resolve again (and re-rotate) when the length grows.
+    another: resolve again (and re-rotate) when the length grows.  transformers
+    does not use each call's own length: its rotary modules keep the longest
+    length seen until a call is shorter than the window; :func:`dynamic_seq_len`
+    gives that length, to pass as ``seq_len``.
 
     With ``alpha`` (HunYuan's configs: ``{"type": "dynamic", "alpha": 1000.0,
     ...}``) the base change is fixed, ``b' = b * alpha ** (d/(d-2))``, whatever

@@ -164,7 +164,7 @@ def require_matplotlib():
         import matplotlib  # noqa: F401
     except ImportError:
         from .errors import ImportError as RopeImportError
-        raise RopeImportError("--plot needs matplotlib: pip install 'pyrope[plot]'") from None
+        raise RopeImportError("--plot needs matplotlib: pip install 'pyrope-rotary[plot]'") from None
 
 
 def plot(curves, path):
