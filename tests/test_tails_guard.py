@@ -49,11 +49,13 @@ def test_every_tail_and_alignment_keeps_guards(isa, layout, dtype, rng):
             every = rotary_dim in (2, head_dim) or rotary_dim % 16 == 2
             offsets = range(0, 64, item) if every else (item, 64 - item)
             n = 2 * head_dim
+            # one input and its scalar result per (head_dim, rotary_dim), placed at every offset
+            src = rng.standard_normal((2, 1, head_dim)).astype(np.float32).astype(dtype)
+            with pyrope.forced_isa("scalar"):
+                want = rope.apply(src, POSITIONS)
             for offset in offsets:
                 buf, x = guarded(n, dtype, offset, rng)
-                src = x.copy().reshape(2, 1, head_dim)
-                with pyrope.forced_isa("scalar"):
-                    want = rope.apply(src, POSITIONS)
+                x[...] = src.reshape(-1)
                 v = x.reshape(2, 1, head_dim)
                 rope.apply(v, POSITIONS, out=v)                      # in place
                 assert guards_intact(buf, offset, n * item), (head_dim, rotary_dim, offset)
