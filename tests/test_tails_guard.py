@@ -16,7 +16,7 @@ from pyrope._kernel import ACCEPTED_DTYPES
 
 GUARD = 64
 PATTERN = 0xA5
-POSITIONS = [3, 1000]
+POSITIONS = np.array([3, 1000], dtype=np.int64)   # an int64 array: the direct path, as a decode batch takes it
 DTYPES = [np.dtype(d) for d in ACCEPTED_DTYPES]
 
 
