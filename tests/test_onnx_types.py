@@ -43,6 +43,7 @@ from onnx.reference import ReferenceEvaluator
 
 import pyrope
 from pyrope import errors
+from test_onnx_interop import CASES as FLOAT32_CASES   # the float32 tests' calls, and four more
 from pyrope import onnx_rotary_embedding, reference
 
 F16, BF16, F32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
@@ -52,14 +53,7 @@ TAU = {F16: 2.0**-25, BF16: 2.0**-134}
 ELEM = {F16: TensorProto.FLOAT16, BF16: TensorProto.BFLOAT16, F32: TensorProto.FLOAT}
 E32 = 2.0**-22
 
-CASES = [  # (input shape, interleaved, rotary_embedding_dim, num_heads, with position_ids)
-    ((2, 3, 5, 16), 0, 0, 0, True),
-    ((2, 3, 5, 16), 1, 0, 0, True),
-    ((2, 3, 5, 16), 0, 10, 0, True),
-    ((2, 3, 5, 16), 1, 6, 3, False),
-    ((2, 5, 48), 0, 0, 3, True),
-    ((2, 5, 48), 1, 8, 3, True),
-    ((1, 4, 24), 0, 4, 2, False),
+CASES = FLOAT32_CASES + [  # (input shape, interleaved, rotary_embedding_dim, num_heads, with position_ids)
     ((2, 4, 7, 128), 0, 0, 0, True),      # a model's head: the SIMD kernels' full steps
     ((2, 4, 7, 128), 1, 96, 4, True),
     ((1, 9, 4 * 96), 0, 0, 4, False),
