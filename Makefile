@@ -9,8 +9,14 @@ PIP = $(PYTHON) -m pip --disable-pip-version-check
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
-install-test:       ## the package plus everything the tests need
+install-test: build/.installed-test   ## the package plus everything the tests need
+
+# A stamp, so `make sanitize` right after `make test` (as CI runs them) does not
+# install and build everything a second time; any change to what the install
+# builds or pulls in makes it run again, and `make clean` removes it.
+build/.installed-test: pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h)
 	$(PIP) install --quiet -e ".[test,conformance]"
+	mkdir -p build && touch $@
 
 demo: install
 	$(PYTHON) -m pyrope demo
