@@ -133,6 +133,14 @@ def resolve_overlaps(items):
 
 # ---- positions ---------------------------------------------------------------------
 
+def _broadcasts_to(shape, target):
+    """Whether an array of ``shape`` broadcasts to exactly ``target`` (no extra dims)."""
+    try:
+        return len(shape) <= len(target) and np.broadcast_shapes(shape, target) == target
+    except builtins.ValueError:
+        return False
+
+
 def positions_2d(positions, batch_shape, n_seq, materialize=True):
     """Positions as a C-contiguous, aligned int64 ``[B or 1, seq]`` array.
 
@@ -144,13 +152,9 @@ def positions_2d(positions, batch_shape, n_seq, materialize=True):
     if pos.ndim == 0 or pos.shape[-1] != n_seq:
         raise ValueError(f"positions must have shape [seq] or [*batch, seq] with seq={n_seq}, got {pos.shape}")
     target = tuple(batch_shape) + (n_seq,)
-    if pos.ndim > 1:
-        try:
-            if pos.ndim > len(target) or np.broadcast_shapes(pos.shape, target) != target:
-                raise builtins.ValueError
-        except builtins.ValueError:
-            raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
-                             f"and seq {n_seq}") from None
+    if pos.ndim > 1 and not _broadcasts_to(pos.shape, target):
+        raise ValueError(f"positions shape {pos.shape} does not match batch {tuple(batch_shape)} "
+                         f"and seq {n_seq}")
     pos = checked_positions("positions", pos)
     if not materialize:
         return None
@@ -170,12 +174,9 @@ def section_positions(positions, k, batch_shape, n_seq, materialize=True):
                          f"(one row per position component), got {pos.shape}")
     inner = pos.shape[1:-1]
     target = (k,) + (tuple(batch_shape) if inner else ()) + (n_seq,)
-    try:
-        if len(pos.shape) > len(target) or np.broadcast_shapes(pos.shape, target) != target:
-            raise builtins.ValueError
-    except builtins.ValueError:
+    if not _broadcasts_to(pos.shape, target):
         raise ValueError(f"positions shape {pos.shape} does not match {k} components, batch "
-                         f"{tuple(batch_shape)} and seq {n_seq}") from None
+                         f"{tuple(batch_shape)} and seq {n_seq}")
     pos = checked_positions("positions", pos)
     if not materialize:
         return None
