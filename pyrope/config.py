@@ -59,7 +59,7 @@ import warnings
 from ._checks import LAYOUT_NAMES
 from .errors import TypeError, ValueError
 from ._checks import MAX_HEAD_DIM
-from .scaling import Default, _positive_int, _shown, resolve, rule_from_dict
+from .scaling import Default, _positive_int, _shown, _yarn_m, resolve, rule_from_dict
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "layout_from_hf_config",
            "softmax_scale_factor_from_hf_config", "layer_ropes", "rope_layer_types", "DEFAULT_BASE", "LAYOUT_FAMILIES",
@@ -543,7 +543,7 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
         factor = rope.get("factor")
         if factor is None:  # yarn derives it from the windows
             factor = resolved.params.get("factor")
-        m = 1.0 if factor <= 1 else 0.1 * float(mscale_all_dim) * math.log(factor) + 1.0
+        m = _yarn_m(factor, float(mscale_all_dim))  # DeepSeek's yarn_get_mscale
         softmax = m * m
     # the context window of a rope whose rule has none (the default rule): the config's
     window = max_pos if name == "default" and isinstance(max_pos, int) and not isinstance(max_pos, bool) \

@@ -27,10 +27,12 @@ position components per token (temporal, height, width):
 """
 import builtins
 import math
+import numbers
 import operator
 
 import numpy as np
 
+from . import _correctly_rounded
 from ._checks import (MAX_POSITION, allocate, as_bool, as_even_dim, as_int, as_positions, refuse_masked,
                       too_large)
 from ._explicit import explicit_rope
@@ -265,11 +267,21 @@ def proportional_inv_freq(head_dim, rotary_dim, base=10000.0):
     rotary_dim = as_even_dim("rotary_dim", rotary_dim)
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be at most head_dim ({head_dim}), got {rotary_dim}")
-    # Written out here, independent of pyrope.scaling (whose Proportional rule
-    # is tested to agree): exponents over the whole head.
-    inv = 1.0 / (float(base) ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    base = _checked_base(base)
+    # exponents over the whole head, each power correctly rounded (pyrope.scaling's
+    # Proportional rule is tested to agree)
+    inv = np.array(_correctly_rounded.pair_frequencies(base, head_dim), dtype=np.float64)
     inv[rotary_dim // 2:] = 0.0
     return inv
+
+
+def _checked_base(base):
+    if isinstance(base, bool) or not isinstance(base, numbers.Real):
+        raise TypeError(f"base must be a real number, got {base!r}")
+    base = float(base)
+    if not 0.0 < base < math.inf:
+        raise ValueError(f"base must be a finite number > 0, got {base!r}")
+    return base
 
 
 class PartialRotary:

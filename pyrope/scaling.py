@@ -21,7 +21,10 @@ Notation in the docstrings: ``d`` = rotary_dim, ``b`` = base,
 ``theta_i = b ** (-2i/d)`` for pair ``i = 0 .. d/2 - 1``, ``s`` = factor,
 ``L0`` = original window.  Definitions follow transformers'
 ``modeling_rope_utils`` (4.5x and 5); arithmetic here is float64, where
-transformers rounds through float32.
+transformers rounds through float32.  Powers and logarithms are correctly
+rounded (``_correctly_rounded``: ``theta_i`` is the double nearest to the exact
+``b ** (-2i/d)``), and the rest is IEEE arithmetic, so every rule gives the
+same bits on every CPU, numpy build and operating system (docs/ACCURACY.md).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from . import _correctly_rounded
 from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
 from ._dynamic import dynamic_seq_len
 from ._kernel import MAX_INV_FREQ
@@ -63,6 +67,10 @@ __all__ = [
 # Largest window, length or other count a rule reads: int64, so that every ratio
 # of two of them is a finite float64.
 _MAX_INT = 2**63 - 1
+
+# every logarithm a rule takes, correctly rounded: math.log is the C library's,
+# which may differ by a last bit between CPUs and systems
+_log = _correctly_rounded.log
 
 
 # --------------------------------------------------------------------------- result
@@ -232,14 +240,14 @@ def _check_pairs(name, factors, rule, d):
 
 
 def _base_theta(base, d):
-    """``theta_i = b ** (-2i/d)`` for the ``d // 2`` pairs, float64."""
-    return 1.0 / (base ** (np.arange(0, d, 2, dtype=np.float64) / d))
+    """``theta_i = b ** (-2i/d)`` for the ``d // 2`` pairs, float64, each the correctly
+    rounded double of the exact power (the same bits on every machine)."""
+    return np.array(_correctly_rounded.pair_frequencies(base, d), dtype=np.float64)
 
 
-def _base_change_exponent(d, rule):
+def _check_base_change(d, rule):
     if d <= 2:
         raise ValueError(f"{rule}: rotary_dim must be > 2 for a base change (exponent d/(d-2)), got {d}")
-    return d / (d - 2)
 
 
 def _target(max_position_embeddings, original, factor, rule, source="'factor'"):
@@ -254,15 +262,19 @@ def _target(max_position_embeddings, original, factor, rule, source="'factor'"):
     return max(1, int(round(target)))
 
 
-def _scaled_base(base, growth, exponent, rule, source, growth_name):
-    """``base * growth ** exponent``, the base a base change gives; ``OverflowError`` naming
-    ``source`` (the parameter that gave ``growth``, called ``growth_name`` in the hint)
-    when it is not a finite float64 > 0:
-    every pair but the first would then turn at frequency 0 (or infinity)."""
-    try:  # a growth <= 0 (cancellation in s*L/W - (s-1)) would make a complex power
-        scaled = base * growth ** exponent if growth > 0 else math.nan
-    except builtins.OverflowError:
-        scaled = math.inf
+def _scaled_base(base, growth, d, rule, source, growth_name):
+    """``base * growth ** (d/(d-2))``, the base a base change gives, correctly rounded
+    (the exponent exact, one rounding); ``OverflowError`` naming ``source`` (the
+    parameter that gave ``growth``, called ``growth_name`` in the hint) when it is
+    not a finite float64 > 0: every pair but the first would then turn at
+    frequency 0 (or infinity)."""
+    _check_base_change(d, rule)
+    exponent = d / (d - 2)
+    # a growth <= 0 (cancellation in s*L/W - (s-1)) would make a complex power
+    if 0.0 < growth < math.inf:
+        scaled = _correctly_rounded.power(growth, d, d - 2, times=base)
+    else:
+        scaled = math.inf if growth == math.inf else math.nan
     if not 0.0 < scaled < math.inf:  # a base in (0, 1] is left to the frequency limit, which names it
         limit = (sys.float_info.max / base) ** (1 / exponent)
         raise OverflowError(f"{rule}: {source} makes the scaled base {base!r} * {growth!r} ** {exponent:.6g} = "
@@ -320,8 +332,7 @@ class NTK:
         return f"'factor' = {self.factor!r}", None
 
     def _resolve(self, head_dim, d, base):
-        scaled = _scaled_base(base, self.factor, _base_change_exponent(d, self.rope_type), self.rope_type,
-                              f"'factor' = {self.factor!r}", "'factor'")
+        scaled = _scaled_base(base, self.factor, d, self.rope_type, f"'factor' = {self.factor!r}", "'factor'")
         return Resolved(_base_theta(scaled, d), 1.0, self.rope_type,
                         {"base": base, "factor": self.factor, "scaled_base": scaled})
 
@@ -367,15 +378,14 @@ class Dynamic:
                 raise ValueError(f"{r}: missing required key(s) {missing} (or 'alpha', a fixed base change)")
 
     def _resolve(self, head_dim, d, base):
-        exponent = _base_change_exponent(d, self.rope_type)
         if self.alpha is not None:
-            scaled = _scaled_base(base, self.alpha, exponent, self.rope_type, f"'alpha' = {self.alpha!r}", "'alpha'")
+            scaled = _scaled_base(base, self.alpha, d, self.rope_type, f"'alpha' = {self.alpha!r}", "'alpha'")
             params = {"base": base, "alpha": self.alpha, "scaled_base": scaled}
             return Resolved(_base_theta(scaled, d), 1.0, self.rope_type, params)
         window = self.max_position_embeddings
         length = window if self.seq_len is None else max(self.seq_len, window)
         source = f"'factor' = {self.factor!r} at 'seq_len' {length} over 'max_position_embeddings' {window}"
-        scaled = _scaled_base(base, self.factor * length / window - (self.factor - 1), exponent, self.rope_type,
+        scaled = _scaled_base(base, self.factor * length / window - (self.factor - 1), d, self.rope_type,
                               source, "factor * seq_len / max_position_embeddings - (factor - 1)")
         params = {"base": base, "factor": self.factor, "max_position_embeddings": window,
                   "seq_len": length, "scaled_base": scaled}
@@ -474,7 +484,7 @@ class Yarn:
 
 def _yarn_m(scale, k):
     """YaRN's magnitude ``0.1 * k * ln(scale) + 1``; 1 when scale <= 1."""
-    return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+    return 1.0 if scale <= 1 else 0.1 * k * _log(scale) + 1.0
 
 
 def _yarn_ramp_bounds(d, base, original, beta_fast, beta_slow, truncate):
@@ -483,8 +493,8 @@ def _yarn_ramp_bounds(d, base, original, beta_fast, beta_slow, truncate):
         # the pair that turns `rotations` full circles over the original window
         ratio = original / (rotations * 2 * math.pi)
         if not 0 < ratio < math.inf:  # an extreme beta: the same as a difference of logs, finite
-            return d * (math.log(original) - math.log(rotations) - math.log(2 * math.pi)) / (2 * math.log(base))
-        return d * math.log(ratio) / (2 * math.log(base))
+            return d * (_log(original) - _log(rotations) - _log(2 * math.pi)) / (2 * _log(base))
+        return d * _log(ratio) / (2 * _log(base))
 
     low, high = pair_turning(beta_fast), pair_turning(beta_slow)
     if truncate:
@@ -625,7 +635,7 @@ class LongRope:
                              f"needs 'original_max_position_embeddings' > 1, got {original}; "
                              "pass 'attention_factor'")
         else:
-            attention = math.sqrt(1 + math.log(factor) / math.log(original))
+            attention = math.sqrt(1 + _log(factor) / _log(original))
             how = "sqrt(1+ln(factor)/ln(original))"
         params = {"base": base, "factor": factor, "original_max_position_embeddings": original,
                   "variant": "long" if long else "short", "ext_factors": list(chosen),
@@ -658,8 +668,7 @@ class Proportional:
         object.__setattr__(self, "partial_rotary_factor", p)
 
     def _blame(self, limit, head_dim, d, base):
-        theta = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
-        return _divisor_blame(limit, "'factor'", self.factor, theta)
+        return _divisor_blame(limit, "'factor'", self.factor, _base_theta(base, head_dim))
 
     def _resolve(self, head_dim, d, base):
         r = self.rope_type
@@ -676,7 +685,7 @@ class Proportional:
             raise ValueError(f"{r}: no pair left to rotate (head_dim={head_dim}, "
                              f"partial_rotary_factor={self.partial_rotary_factor})")
         inv_freq = np.zeros(head_dim // 2, dtype=np.float64)
-        inv_freq[:rotated] = 1.0 / (base ** (np.arange(0, 2 * rotated, 2, dtype=np.float64) / head_dim))
+        inv_freq[:rotated] = _base_theta(base, head_dim)[:rotated]
         inv_freq /= self.factor
         params = {"base": base, "factor": self.factor, "rotated_pairs": rotated,
                   "partial_rotary_factor": self.partial_rotary_factor}

@@ -1,8 +1,12 @@
 """Plain-Python oracle for the long-context frequency rules.
 
-Standard library only, no numpy, no imports from the pyrope package: an
-independent check of ``pyrope.scaling`` that lives with the tests and is not
-installed with the package.  Each function is written pair by pair, straight
+Standard library and mpmath only, no numpy, no imports from the pyrope
+package: an independent check of ``pyrope.scaling`` that lives with the tests
+and is not installed with the package.  Powers and logarithms are mpmath's at
+``_BITS`` bits, rounded once to the nearest double (``_cr_power``, ``_cr_log``):
+the correctly rounded values pyrope's rules must give bit for bit, on every
+machine.  The other operations are float64 arithmetic in the order the rule's
+docstring in ``pyrope.scaling`` writes them.  Each function is written pair by pair, straight
 from the published definition (transformers' ``modeling_rope_utils``, the YaRN, LongRoPE
 and position-interpolation papers, Meta's Llama 3.1 reference code), favouring
 readability over speed.
@@ -13,7 +17,40 @@ tuple ``(inv_freq, attention_factor)`` where ``inv_freq`` is a list of
 ``dim // 2`` floats: pair ``i`` turns by ``inv_freq[i]`` radians per token.
 """
 
+import functools
 import math
+
+import mpmath
+
+_BITS = 320  # far past a double's 53 bits: a rounding is misjudged only within 2**-260 of a midpoint
+
+
+def _nearest_double(compute):
+    """The double nearest to the real number ``compute()`` (mpmath at the working precision),
+    checked at twice the precision: the two must round alike, so the answer does not hang
+    on how close the real number lies to a midpoint between two doubles."""
+    with mpmath.workprec(_BITS):
+        once = float(compute())
+    with mpmath.workprec(2 * _BITS):
+        twice = float(compute())
+    assert once == twice, "a value within 2**-260 of a rounding boundary: raise _BITS"
+    return once
+
+
+def _cr_power(x, num, den, times=1.0):
+    """``times * x ** (num/den)`` for doubles ``x``, ``times`` and an exact rational
+    exponent, rounded once."""
+    return _nearest_double(lambda: mpmath.mpf(times) * mpmath.mpf(x) ** (mpmath.mpf(num) / den))
+
+
+def _cr_log(x):
+    """``ln x`` rounded once (``ln 1 = 0`` exactly)."""
+    return 0.0 if x == 1 else _nearest_double(lambda: mpmath.log(mpmath.mpf(x)))
+
+
+@functools.lru_cache(maxsize=None)
+def _theta(dim, base):
+    return tuple(_cr_power(base, -2 * i, dim) for i in range(dim // 2))
 
 __all__ = [
     "default",
@@ -33,12 +70,9 @@ __all__ = [
 
 
 def default(dim, base):
-    """Original RoPE: ``theta_i = base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``."""
-    out = []
-    for i in range(dim // 2):
-        exponent = (2 * i) / dim
-        out.append(1.0 / (base ** exponent))
-    return out, 1.0
+    """Original RoPE: ``theta_i = base ** (-2i / dim)`` for ``i = 0 .. dim/2 - 1``,
+    each rounded once from the exact power."""
+    return list(_theta(dim, float(base))), 1.0
 
 
 def linear(dim, base, factor):
@@ -51,12 +85,12 @@ def linear(dim, base, factor):
 
 
 def ntk_base(dim, base, factor):
-    """Static NTK-aware base: ``base * factor ** (dim / (dim - 2))``.
+    """Static NTK-aware base: ``base * factor ** (dim / (dim - 2))``, rounded once.
 
     Chosen so that the lowest frequency is divided by ``factor`` while the
     highest (pair 0, always 1) is kept.
     """
-    return base * factor ** (dim / (dim - 2))
+    return _cr_power(factor, dim, dim - 2, times=base)
 
 
 def ntk(dim, base, factor):
@@ -75,7 +109,7 @@ def dynamic_base(dim, base, factor, max_position_embeddings, seq_len):
     window = max_position_embeddings
     length = window if seq_len is None else max(seq_len, window)
     ratio = factor * length / window - (factor - 1)
-    return base * ratio ** (dim / (dim - 2))
+    return _cr_power(ratio, dim, dim - 2, times=base)
 
 
 def dynamic(dim, base, factor, max_position_embeddings, seq_len):
@@ -87,7 +121,7 @@ def yarn_mscale(factor, mscale=1.0):
     """YaRN's magnitude correction: ``0.1 * mscale * ln(factor) + 1``, or 1 when factor <= 1."""
     if factor <= 1:
         return 1.0
-    return 0.1 * mscale * math.log(factor) + 1.0
+    return 0.1 * mscale * _cr_log(factor) + 1.0
 
 
 def yarn_correction_range(dim, base, original_max_position_embeddings, beta_fast, beta_slow, truncate):
@@ -100,7 +134,7 @@ def yarn_correction_range(dim, base, original_max_position_embeddings, beta_fast
     and the end ceiled.  Both are clamped into ``[0, dim - 1]``.
     """
     def pair_for(rotations):
-        return dim * math.log(original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        return dim * _cr_log(original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * _cr_log(base))
 
     low = pair_for(beta_fast)
     high = pair_for(beta_slow)
@@ -126,8 +160,7 @@ def yarn(dim, base, factor, original_max_position_embeddings, beta_fast=32.0, be
     if low == high:
         high = high + 0.001
     out = []
-    for i in range(dim // 2):
-        theta = 1.0 / (base ** ((2 * i) / dim))
+    for i, theta in enumerate(_theta(dim, float(base))):
         g = (i - low) / (high - low)
         g = min(max(g, 0.0), 1.0)
         out.append(g * (theta / factor) + (1.0 - g) * theta)
@@ -168,7 +201,7 @@ def longrope(dim, base, short_factor, long_factor, original_max_position_embeddi
              max_position_embeddings=None, seq_len=None, factor=None, attention_factor=None):
     """LongRoPE (Phi-3): per-pair divisors, long set only past the original window.
 
-    ``theta_i = base ** (-2i/dim) / f_i`` with ``f = long_factor`` when
+    ``base ** (-2i/dim) / f_i`` with ``f = long_factor`` when
     ``seq_len > original_max_position_embeddings`` and ``short_factor`` otherwise
     (including ``seq_len`` None).  Attention factor: the given one, else with
     ``s = factor`` (or ``max_position_embeddings / original`` when no factor)
@@ -178,15 +211,13 @@ def longrope(dim, base, short_factor, long_factor, original_max_position_embeddi
         chosen = long_factor
     else:
         chosen = short_factor
-    out = []
-    for i in range(dim // 2):
-        out.append(1.0 / (chosen[i] * base ** ((2 * i) / dim)))
+    out = [theta / f for theta, f in zip(_theta(dim, float(base)), chosen)]
     if attention_factor is None:
         scale = factor if factor is not None else max_position_embeddings / original_max_position_embeddings
         if scale <= 1.0:
             attention_factor = 1.0
         else:
-            attention_factor = math.sqrt(1 + math.log(scale) / math.log(original_max_position_embeddings))
+            attention_factor = math.sqrt(1 + _cr_log(scale) / _cr_log(original_max_position_embeddings))
     return out, float(attention_factor)
 
 
@@ -199,11 +230,8 @@ def proportional(head_dim, base, partial_rotary_factor, factor=1.0):
     """
     rotated = int(partial_rotary_factor * head_dim // 2)
     out = []
-    for i in range(head_dim // 2):
-        if i < rotated:
-            out.append(1.0 / (base ** ((2 * i) / head_dim)) / factor)
-        else:
-            out.append(0.0)
+    for i, theta in enumerate(_theta(head_dim, float(base))):
+        out.append(theta / factor if i < rotated else 0.0)
     return out, 1.0
 
 

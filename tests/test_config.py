@@ -22,9 +22,10 @@ def resolved(config, **kw):
 
 
 def check(r, expected):
+    """The oracle's numbers to the bit (it rounds powers and logarithms once, as the rules must)."""
     inv, att = expected
-    np.testing.assert_allclose(r.inv_freq, inv, rtol=REL, atol=0)
-    assert r.attention_factor == pytest.approx(att, rel=REL, abs=0)
+    assert r.inv_freq.tolist() == list(inv)
+    assert r.attention_factor == att
 
 
 # --------------------------------------------------------------------------- real configs
@@ -299,51 +300,50 @@ import warnings  # noqa: E402
 import pyrope  # noqa: E402
 from pyrope import config as C  # noqa: E402
 from pyrope.config import layer_ropes, layout_from_hf_config  # noqa: E402
+from contract_oracle import expected_numbers, independent_fingerprint  # noqa: E402
 
-# fingerprints of these configs' ropes as the previous release built them (Rope.from_hf_config with its
-# default layout="split_half"): a config-derived layout and the contract's new keys leave them alone
-OLD_FINGERPRINTS = {
-    "LLAMA2_7B": "8bbe66f42ae387acb614be02b1c7bfd4d52c05d4f3f5020938473f29d1e692af",
-    "LLAMA31_8B": "8f8bc658f902e8e4f4a9aa277e9345be7ce5798a4ef1d7fd9b66670aa6a0e84b",
-    "LLAMA32_1B": "ee311fd4b943c75f699b4b543936b5421dc4c460c56e8b2b597ce7e083df2f16",
-    "QWEN25_7B_YARN": "4ced59d52345e57b86d4fa55a322b4aff2ffdb8ebbd5d7c8a6c861365aab4abd",
-    "GPT_OSS_20B": "f943661235655e52a73fe1aa520f7077305668293976576369f4d26c7ce57684",
-    "PHI3_128K": "1842fce93d47873c740da01fe826818a878671be0276e02d97d710577dea9b6c",
-    "PHI2": "bf420fdfee4cdb59b64e5b187a94988a705fe9fc8ad158d2d5c6af695d8c0de1",
-    "STABLELM2_1_6B": "dced8a55f8c722e353a91749a44ba337d2c170e45dc7979bca537d6f4a4bddae",
-    "LLAMA31_8B_V5": "8f8bc658f902e8e4f4a9aa277e9345be7ce5798a4ef1d7fd9b66670aa6a0e84b",
-    "PHI2_V5": "bf420fdfee4cdb59b64e5b187a94988a705fe9fc8ad158d2d5c6af695d8c0de1",
-    "GPT_OSS_20B_V5": "f943661235655e52a73fe1aa520f7077305668293976576369f4d26c7ce57684",
-    "PROPORTIONAL_V5": "212bdc6d2dde1a57139c9a2568dce59745d3608634fe0c83006369e45dd84bd7",
-}
+# the family configs whose fingerprints must come out as the canonical form of their
+# contracts says, with frequencies from the plain-Python rules (tests/contract_oracle.py):
+# the same on every machine, and unmoved by where the layout came from
+FINGERPRINT_CONFIGS = ["LLAMA2_7B", "LLAMA31_8B", "LLAMA32_1B", "QWEN25_7B_YARN", "GPT_OSS_20B", "PHI3_128K", "PHI2",
+                       "STABLELM2_1_6B", "LLAMA31_8B_V5", "PHI2_V5", "GPT_OSS_20B_V5", "PROPORTIONAL_V5",
+                       "DEEPSEEK_V3", "HUNYUAN_7B", "SMOLLM3_3B"]
 
 
-@pytest.mark.parametrize("name", sorted(OLD_FINGERPRINTS))
-def test_fingerprints_of_ropes_built_the_old_way_are_unchanged(name):
+def expected_fingerprint(rope):
+    """The fingerprint recomputed without pyrope: frequencies and attention factor from the
+    rule's parameters (they must match the contract to the bit), then the canonical form."""
+    contract = rope.contract()
+    inv_freq, attention = expected_numbers(contract)
+    assert [float.fromhex(h) for h in contract["inv_freq"]] == inv_freq
+    assert float.fromhex(contract["attention_factor"]) == attention
+    return independent_fingerprint(contract)
+
+
+@pytest.mark.parametrize("name", FINGERPRINT_CONFIGS)
+def test_fingerprints_of_family_configs_follow_from_their_numbers(name):
     config = getattr(H, name)
-    new_default = pyrope.Rope.from_hf_config(config)
-    old_default = pyrope.Rope.from_hf_config(config, layout="split_half")
-    assert new_default.layout == "split_half"
-    assert new_default.fingerprint == old_default.fingerprint == OLD_FINGERPRINTS[name]
-    assert new_default.contract()["softmax_scale_factor"] == "0x1.0000000000000p+0"
+    from_config = pyrope.Rope.from_hf_config(config)
+    explicit = pyrope.Rope.from_hf_config(config, layout=from_config.layout)
+    assert from_config.fingerprint == explicit.fingerprint == expected_fingerprint(from_config)
 
 
-def test_old_fingerprints_of_other_ropes_are_unchanged():
+def test_fingerprints_of_other_ropes_follow_from_their_numbers():
     llama2_dynamic = copy.deepcopy(H.LLAMA2_7B)
     llama2_dynamic["rope_scaling"] = {"type": "dynamic", "factor": 2.0}
-    cases = [
-        (pyrope.Rope.from_hf_config(H.LLAMA31_8B, layout="interleaved"),
-         "1bffeccaa67d65f2314828401265b4347579a02e6073f6f40c42455de266706c"),
-        (pyrope.Rope.from_hf_config(llama2_dynamic, seq_len=16384),
-         "63364408df9fd28974518d640e7401a8bcfb9e0adcdcf2606a27121b86d26abf"),
-        (pyrope.Rope.from_hf_config(H.PHI3_128K, seq_len=9000),
-         "1f05187f5f7409694a1a35013034a86f63f4ce09fe68dcb0deb7261fa9bb4edd"),
-        (pyrope.Rope(64, layout="interleaved", base=500000.0, rotary_dim=32,
-                     scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}),
-         "4c63e602180c4b89cee56389362d5b714c20ed97481924548644cffb808ac7e1"),
+    ropes = [
+        pyrope.Rope.from_hf_config(H.LLAMA31_8B, layout="interleaved"),
+        pyrope.Rope.from_hf_config(llama2_dynamic, seq_len=16384),
+        pyrope.Rope.from_hf_config(H.PHI3_128K, seq_len=9000),
+        pyrope.Rope(64, layout="interleaved", base=500000.0, rotary_dim=32,
+                    scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}),
+        pyrope.Rope(96, layout="split_half", base=1e6, scaling={"rope_type": "ntk", "factor": 3.0}),
+        pyrope.Rope(80, layout="split_half", base=12345.0,
+                    scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 2048,
+                             "truncate": False, "mscale": 0.707, "mscale_all_dim": 1.0}),
     ]
-    for rope, fp in cases:
-        assert rope.fingerprint == fp
+    for rope in ropes:
+        assert rope.fingerprint == expected_fingerprint(rope)
 
 
 LAYOUTS = [
@@ -527,7 +527,7 @@ def test_llama4_equal_factors_warn_and_give_finite_frequencies(ref):
 
 def test_dynamic_ntk_with_alpha(ref):
     args, r = resolved(H.HUNYUAN_7B)
-    scaled = 10000.0 * 1000.0 ** (128 / 126)
+    scaled = ref.ntk_base(128, 10000.0, 1000.0)
     check(r, ref.default(128, scaled))
     assert r.params == {"base": 10000.0, "alpha": 1000.0, "scaled_base": scaled}
     assert r.attention_factor == 1.0
@@ -712,7 +712,7 @@ def test_a_default_rule_config_carries_its_window_without_changing_the_fingerpri
     assert (contract["original_window"], contract["target_window"]) == (4096, 4096)
     hand_built = pyrope.Rope(128, layout="split_half")  # the same position function, no window
     assert hand_built.contract()["original_window"] is None
-    assert rope.fingerprint == hand_built.fingerprint == OLD_FINGERPRINTS["LLAMA2_7B"]
+    assert rope.fingerprint == hand_built.fingerprint == expected_fingerprint(hand_built)
     back = pyrope.Rope.from_contract(json.loads(json.dumps(contract)))
     assert back.contract() == contract and back.fingerprint == rope.fingerprint
     # a rule with windows of its own keeps them, and the config's max_position_embeddings is not forced on it

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import hf_configs as H
+from contract_oracle import independent_fingerprint
 from pyrope import scaling as S
 from pyrope.config import rope_arguments_from_hf_config
 from pyrope.contract import FORMAT, fingerprint, make_contract, resolved_from_contract
@@ -30,23 +31,6 @@ RULES = [
 def contract_for(rule, *, layout="split_half", head_dim=64, rotary_dim=64, base=10000.0):
     r = resolve(rule, head_dim=head_dim, rotary_dim=rotary_dim, base=base)
     return make_contract(layout=layout, head_dim=head_dim, resolved=r), r
-
-
-def independent_fingerprint(contract):
-    """The documented canonical form, rebuilt here without pyrope's helpers."""
-    def hexify(value):
-        if isinstance(value, float):
-            return value.hex()
-        if isinstance(value, list):
-            return [hexify(v) for v in value]
-        if isinstance(value, dict):
-            return {k: hexify(v) for k, v in value.items()}
-        return value
-
-    obj = dict(contract)
-    obj["params"] = hexify(contract["params"])
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 @pytest.mark.parametrize("i", range(len(RULES)))

@@ -19,7 +19,7 @@ CORE = {
     "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._kernel", "pyrope._checks",
     "pyrope._plan", "pyrope._tensors", "pyrope._sections", "pyrope._table_cache", "pyrope._explicit", "pyrope.errors", "pyrope.scaling",
     "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
-    "pyrope.cache", "pyrope.layout", "pyrope._dynamic",
+    "pyrope.cache", "pyrope.layout", "pyrope._dynamic", "pyrope._correctly_rounded",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 
