@@ -72,10 +72,11 @@ import re
 
 from ._checks import inv_freq_problem, scale_problem
 from .errors import TypeError, ValueError
+from . import scaling as _scaling
 from .scaling import Resolved
 
 __all__ = ["FORMAT", "make_contract", "fingerprint", "resolved_from_contract", "sections_from_contract",
-           "canonical_json"]
+           "canonical_json", "upgrade"]
 
 FORMAT = "pyrope.contract/1"
 
@@ -236,6 +237,120 @@ def config_facts_from_contract(d: dict):
     source = d.get("layout_source", "argument")
     _check_layout_source(source)
     return factor, source
+
+
+# --------------------------------------------------------------------------- older releases
+
+# How far an older release's numbers may be from today's for the same rule and
+# parameters: 0.1.0 evaluated powers with numpy (or the C library) and rounded
+# twice, within 4 ulp (2**-50) of the correctly rounded values on the family
+# configs; 2**-40 leaves room and is still far below any real change of rule.
+UPGRADE_TOLERANCE = 2.0 ** -40
+
+
+def upgrade(contract: dict) -> dict:
+    """The contract that today's rules give for the rule and parameters an older
+    contract names, after checking that its numbers are those, to within rounding.
+
+    Contracts written by pyrope 0.1.0 stay loadable as they are
+    (:meth:`pyrope.Rope.from_contract` keeps their numbers and fingerprint), but
+    0.1.0 computed frequencies with CPU-dependent powers, so the same config now
+    gives numbers a few ulp apart and another fingerprint (docs/ACCURACY.md).
+    ``upgrade`` recomputes ``inv_freq``, the attention factor and the softmax
+    scale factor from ``rule`` and ``params``, requires every one of them within
+    ``UPGRADE_TOLERANCE`` (relative) of the old value, and returns the new
+    contract: its fingerprint is the one a new Rope from the same config has.
+    A contract whose numbers its rule does not give (edited by hand, or a rule
+    this release computes differently) raises ``ValueError`` naming the key.
+    The keys cached under an old contract were rotated by angles at most
+    ``m * |w_old - w_new|`` apart (at most ``1.2e-11`` rad at position ``10**5`` on
+    the family configs), far below float32's resolution.
+    """
+    layout, head_dim, old = resolved_from_contract(contract)
+    section, interleaved = sections_from_contract(contract)
+    softmax, source = config_facts_from_contract(contract)
+    try:
+        rule = _rule_of(old, contract)
+        new = _scaling.resolve(rule, head_dim=head_dim, rotary_dim=old.rotary_dim, base=old.params["base"])
+    except (builtins.KeyError, builtins.TypeError, builtins.ValueError) as exc:
+        raise ValueError(f"contract: its 'rule' {old.rule!r} and 'params' do not rebuild a rule: {exc}") from None
+    _close("inv_freq", old.inv_freq.tolist(), new.inv_freq.tolist())
+    _close("attention_factor", [old.attention_factor], [new.attention_factor])
+    if softmax != 1.0:  # DeepSeek's yarn: mscale(factor, mscale_all_dim) squared, its log now correctly rounded
+        if old.rule != "yarn" or not old.params.get("mscale_all_dim"):
+            raise ValueError(f"contract: 'softmax_scale_factor' {softmax!r} without a yarn rule's mscale_all_dim")
+        softmax_new = _scaling._yarn_m(new.params["factor"], float(old.params["mscale_all_dim"])) ** 2
+        _close("softmax_scale_factor", [softmax], [softmax_new])
+        softmax = softmax_new
+    _close_params("params", old.params, new.params)
+    fresh = make_contract(layout=layout, head_dim=head_dim, resolved=new, mrope_section=section,
+                          mrope_interleaved=interleaved)
+    fresh["original_window"], fresh["target_window"] = contract["original_window"], contract["target_window"]
+    return with_config_facts(fresh, softmax_scale_factor=softmax, layout_source=source)
+
+
+def _rule_of(resolved, contract):
+    """The rule object whose resolution gave ``resolved`` (from its name and parameters)."""
+    p, name = resolved.params, resolved.rule
+    given = resolved.attention_factor
+    S = _scaling
+    if name == "default":
+        return None
+    if name == "linear":
+        return S.Linear(p["factor"])
+    if name == "ntk":
+        return S.NTK(p["factor"])
+    if name == "dynamic":
+        if "alpha" in p:
+            return S.Dynamic(alpha=p["alpha"])
+        return S.Dynamic(p["factor"], p["max_position_embeddings"], seq_len=p["seq_len"])
+    if name == "yarn":
+        return S.Yarn(factor=p["factor"], original_max_position_embeddings=p["original_max_position_embeddings"],
+                      max_position_embeddings=contract["target_window"], beta_fast=p["beta_fast"],
+                      beta_slow=p["beta_slow"], mscale=p["mscale"], mscale_all_dim=p["mscale_all_dim"],
+                      attention_factor=given if p["attention_factor_from"] == "given" else None,
+                      truncate=p["truncate"])
+    if name == "llama3":
+        return S.Llama3(p["factor"], p["low_freq_factor"], p["high_freq_factor"],
+                        p["original_max_position_embeddings"], contract["target_window"])
+    if name == "longrope":
+        original = p["original_max_position_embeddings"]
+        return S.LongRope(p["ext_factors"], p["ext_factors"], original, contract["target_window"],
+                          factor=p["factor"], attention_factor=given if p["attention_factor_from"] == "given" else None,
+                          seq_len=original + 1 if p["variant"] == "long" else None)
+    if name == "proportional":
+        return S.Proportional(p["factor"], p["partial_rotary_factor"])
+    if name == "freq_factors":
+        return S.FreqFactors(p["factors"], given)
+    raise builtins.ValueError(f"no rule is named {name!r}")
+
+
+def _close(key, old, new):
+    if len(old) != len(new):
+        raise ValueError(f"contract: {key!r} has {len(old)} entries, its rule gives {len(new)}")
+    for i, (a, b) in enumerate(zip(old, new)):
+        if not abs(a - b) <= UPGRADE_TOLERANCE * abs(b):
+            where = f"{key}[{i}]" if len(old) > 1 else key
+            raise ValueError(f"contract: {where!r} = {a!r} is not what its rule gives ({b!r}), "
+                             f"even within {UPGRADE_TOLERANCE!r} relative")
+
+
+def _close_params(path, old, new):
+    if isinstance(old, float) and isinstance(new, float):
+        return _close(path, [old], [new])
+    if isinstance(old, dict) and isinstance(new, dict):
+        if old.keys() != new.keys():
+            raise ValueError(f"contract: {path!r} has keys {sorted(old)}, its rule gives {sorted(new)}")
+        for k in old:
+            _close_params(f"{path}.{k}", old[k], new[k])
+        return None
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            _close_params(f"{path}[{i}]", a, b)
+        return None
+    if old != new:
+        raise ValueError(f"contract: {path!r} = {old!r}, its rule gives {new!r}")
+    return None
 
 
 # --------------------------------------------------------------------------- helpers
