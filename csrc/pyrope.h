@@ -48,7 +48,7 @@ extern "C" {
  * and keeps the ABI number. So a program runs with any library of its ABI
  * number whose rope_version() is at least the ROPE_VERSION it was built with. */
 #define ROPE_VERSION_MAJOR 0
-#define ROPE_VERSION_MINOR 1
+#define ROPE_VERSION_MINOR 2
 #define ROPE_VERSION_PATCH 0
 #define ROPE_ABI_VERSION 1
 #define ROPE_VERSION (ROPE_VERSION_MAJOR * 10000 + ROPE_VERSION_MINOR * 100 + ROPE_VERSION_PATCH)
