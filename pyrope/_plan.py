@@ -74,30 +74,165 @@ def overlap(a, b):
     return np.may_share_memory(a, b) and np.shares_memory(a, b)
 
 
-_ENUMERATE_LIMIT = 1 << 24
+_ENUMERATE_LIMIT = 1 << 24   # differences one tangled view may list; beyond: treated as overlapping
+_REACH_LIMIT = 1 << 63       # bytes a listed view may span (int64 arithmetic); no memory holds more
+_LISTED = {}                 # (shape, strides, itemsize) -> the decision of a view that was listed
+_MAX_LISTED = 64
 
 
 def self_overlapping(a):
     """Do two elements of ``a`` share a byte (zero or tangled strides)?
 
-    Axes sorted by stride must each step past everything the smaller ones
-    reach; views that fail that test are decided by listing their elements."""
-    extent = a.itemsize
-    for stride, n in sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1):
-        if stride < extent:
-            break
-        extent += stride * (n - 1)
-    else:
-        return False
+    Decided from shape, strides and itemsize alone, exactly. Two elements
+    share a byte when their index difference ``d`` (not all zero, ``|d_i| <
+    n_i``) has ``|sum(d_i * s_i)| < itemsize``; signs of strides do not matter.
+    Without building an array, over the axes longer than one sorted by
+    ``|stride|`` (O(ndim log ndim)):
+
+    - a stride below the itemsize (0 included): neighbours on that axis overlap;
+    - two strides less than an itemsize apart (equal ones too): a step along
+      one, a step back along the other;
+    - the largest stride steps past everything the others reach: its copies
+      of the rest are apart, so drop it; every axis dropped: apart;
+    - more elements than the reach holds, one itemsize each (in units of the
+      strides' gcd): two must overlap.
+
+    Only views none of these decides (tangled) list differences, by
+    :func:`_listed_overlap`: at most about half the element count and mostly
+    far fewer, where a rotation touches every element. The
+    decision is kept (:data:`_LISTED`), so the direct path's check and the
+    general path's after it list once. A view that would list more than
+    :data:`_ENUMERATE_LIMIT` differences, or spans 2**63 bytes or more, cannot
+    be shown apart: treated as overlapping."""
     if a.size == 0:
-        return False  # no element (whatever the other axes' lengths)
-    if a.size > _ENUMERATE_LIMIT:
-        return True  # cannot be shown apart: treated as overlapping
-    offsets = np.zeros(1, dtype=np.int64)
-    for n, s in zip(a.shape, a.strides):
-        offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * s).reshape(-1)
-    offsets.sort()
-    return bool(np.any(np.diff(offsets) < a.itemsize))
+        return False   # no element (whatever the other axes' lengths)
+    item = a.itemsize
+    axes = sorted((abs(s), n) for n, s in zip(a.shape, a.strides) if n > 1)
+    if not axes:
+        return False
+    if axes[0][0] < item:
+        return True    # neighbours on that axis share a byte (a zero stride: all of it)
+    for (s, _), (t, _) in zip(axes, axes[1:]):
+        if t - s < item:   # sorted, so adjacent strides are the closest pairs
+            return True
+    reach = item + sum(s * (n - 1) for s, n in axes)   # bytes from the first element's start to the last's end
+    while axes:   # whether the rest overlaps decides; the nested view drops every axis
+        s, n = axes[-1]
+        below = reach - s * (n - 1)
+        if s < below:
+            break
+        axes.pop()
+        reach = below
+    if len(axes) < 2:
+        return False   # one axis left, with a stride of at least the itemsize
+    # Offsets are multiples of the gcd: apart, each next one is at least
+    # ceil(item / unit) units on, so the count must fit the reach.
+    unit = math.gcd(*(s for s, _ in axes))
+    if (math.prod(n for _, n in axes) - 1) * -(-item // unit) > (reach - item) // unit:
+        return True
+    if reach >= _REACH_LIMIT:
+        return True    # cannot be shown apart: treated as overlapping
+    key = (a.shape, a.strides, item)
+    found = _LISTED.get(key)
+    if found is None:
+        found = _listed_overlap(axes, item)
+        if len(_LISTED) >= _MAX_LISTED:
+            _LISTED.clear()
+        _LISTED[key] = found
+    return found
+
+
+def _steps(axes):
+    """How many positive differences :func:`_differences` lists for ``axes``."""
+    return (math.prod(2 * n - 1 for _, n in axes) - 1) // 2
+
+
+def _differences(axes):
+    """``|sum(d_i * s_i)|`` for every index difference ``d`` of ``axes``
+    ``[(stride, n)]`` but zero, one of each pair ``d, -d``: int64, unordered.
+    (The box of differences is symmetric and C-ordered, so its second half
+    past the centre, ``d = 0``, holds one of each pair.)"""
+    diffs = np.zeros(1, np.int64)
+    for s, n in axes:
+        diffs = (diffs[:, None] + np.arange(1 - n, n, dtype=np.int64) * s).reshape(-1)
+    return np.abs(diffs[diffs.size // 2 + 1:])
+
+
+def _near_steps(q, stride, n, item):
+    """Is some value of ``q`` less than ``item`` from ``d * stride``, ``1 <= d < n``?
+    (The nearest such multiple is the floor or the ceiling of q / stride, clipped.)"""
+    d = q // stride
+    below = np.clip(d, 1, n - 1) * stride
+    above = np.clip(d + 1, 1, n - 1) * stride
+    return bool(np.any((np.abs(q - below) < item) | (np.abs(above - q) < item)))
+
+
+def _near_sorted(q, p, item):
+    """Is some value of ``q`` less than ``item`` from a value of sorted ``p``?"""
+    i = np.searchsorted(p, q)
+    below, above = p[np.maximum(i - 1, 0)], p[np.minimum(i, p.size - 1)]
+    return bool(np.any((np.abs(q - below) < item) | (np.abs(above - q) < item)))
+
+
+def _sides(axes):
+    """Split ``axes`` (two or more) into the two sides :func:`_listed_overlap`
+    lists least for: the longest axis alone against the rest, or halves of
+    about equal count of differences (greedy, longest first)."""
+    longest = max(range(len(axes)), key=lambda i: axes[i][1])
+    alone = ([axes[longest]], axes[:longest] + axes[longest + 1:])
+    halves = ([], [])
+    for axis in sorted(axes, key=lambda axis: -axis[1]):
+        smaller = min(halves, key=lambda side: math.prod(2 * n - 1 for _, n in side))
+        smaller.append(axis)
+    return min(alone, halves, key=_listed_count)
+
+
+def _listed_count(sides):
+    """How many differences :func:`_listed_overlap` lists for ``sides``: none
+    for a side of one axis (its multiples are reckoned, not listed), unless
+    both are: then the shorter one's steps."""
+    a, b = sides
+    if len(a) == len(b) == 1:
+        return min(a[0][1], b[0][1]) - 1
+    return sum(_steps(side) for side in sides if len(side) > 1)
+
+
+def _listed_overlap(axes, item):
+    """Do two elements overlap, for ``axes`` ``[(|stride|, n)]`` no cheap test
+    of :func:`self_overlapping` decided? Exact, meeting in the middle.
+
+    Split the axes into two sides A and B; an index difference is ``(d_A,
+    d_B)``, and elements overlap iff some nonzero one has ``|u + v| < item``
+    (u, v: the two sides' sums). With ``d_B = 0`` that is A overlapping
+    itself (a listed difference below the itemsize), with ``d_A = 0`` B; else
+    it is some positive difference ``p`` of one side within ``item`` of a
+    positive ``q`` of the other (both sides are symmetric in ``d -> -d``).
+    So each side lists its positive differences (a side of one axis needs
+    none: they are its stride's multiples) and one list is searched for the
+    other's values: ``prod(2 n_i - 1) // 2`` over each listed side, which
+    for balanced sides is far below the element count and never above about
+    half of it (the sides are chosen for the shortest listing). A listing
+    longer than :data:`_ENUMERATE_LIMIT` is not made: treated as overlapping."""
+    a, b = _sides(axes)
+    if _listed_count((a, b)) > _ENUMERATE_LIMIT:
+        return True   # cannot be shown apart: treated as overlapping
+    if len(a) == len(b) == 1:
+        (s, n), (t, m) = sorted(a + b, key=lambda axis: axis[1])
+        return _near_steps(np.arange(1, n, dtype=np.int64) * s, t, m, item)
+    if len(b) == 1:
+        a, b = b, a
+    q = _differences(b)
+    if q.min() < item:
+        return True
+    if len(a) == 1:
+        return _near_steps(q, *a[0], item)
+    p = _differences(a)
+    if p.min() < item:
+        return True
+    if p.size > q.size:
+        p, q = q, p
+    p.sort()
+    return _near_sorted(q, p, item)
 
 
 def resolve_overlaps(items):

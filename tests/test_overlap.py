@@ -1,11 +1,13 @@
 """Every overlap among q, k, q_out and k_out: the result is as if nothing
 overlapped, or a ValueError names the two arguments. Results never depend on
 the thread count."""
+import tracemalloc
+
 import numpy as np
 import pytest
 
 import pyrope
-from pyrope import Rope
+from pyrope import Rope, _plan
 
 ROPE = Rope(8, layout="split_half", base=100.0)
 SHAPE = (2, 3, 2, 8)     # [batch, seq, heads, head_dim]
@@ -112,6 +114,51 @@ def test_self_overlapping_destination_is_refused(make, rng):
     with pytest.raises(ValueError, match=r"out\[1\] has elements that overlap each other"):
         ROPE.apply_qk(x, k, out=(np.empty_like(x), out))
     assert np.array_equal(bits(out), before)
+
+
+def test_the_issue_zero_stride_out_is_refused_without_listing():
+    # Issue 21: a 16384x8x128 out with a zero token stride took a second to
+    # refuse, listing and sorting every element offset (twice). A zero stride
+    # on a long axis decides it from shape and strides: same error, and
+    # nothing allocated near the array's size (the listing was 128 MiB).
+    shape = (16384, 8, 128)
+    rope = Rope(128, layout="split_half")
+    buf = np.empty((1, 8, 128), np.float32)
+    out = np.lib.stride_tricks.as_strided(buf, shape, (0,) + buf.strides[1:])
+    x = np.broadcast_to(np.ones(128, np.float32), shape)          # 64 MiB of x in 512 bytes
+    k = np.broadcast_to(np.ones(128, np.float32), shape)
+    q_out = np.empty(shape, np.float32)
+    tracemalloc.start()
+    try:
+        with pytest.raises(pyrope.errors.ValueError, match=r"^out has elements that overlap each other"):
+            rope.apply(x, out=out)
+        with pytest.raises(pyrope.errors.ValueError, match=r"^out\[1\] has elements that overlap each other"):
+            rope.apply_qk(x, k, out=(q_out, out))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_a_tangled_out_is_listed_once_per_call(monkeypatch):
+    # Token and head strides of 12 and 9 heads' worth cross (3 tokens on is
+    # 4 heads on): only a listing shows it. The direct path's check and the
+    # general path's after it share one listing.
+    rope = Rope(8, layout="split_half")
+    shape, strides = (6, 8, 8), (12 * 32, 9 * 32, 4)
+    out = np.lib.stride_tricks.as_strided(np.zeros(1000, np.float32), shape, strides)
+    x = np.ones(shape, np.float32)
+    counts = {"checks": 0, "listings": 0}
+    check, listing = _plan.self_overlapping, _plan._listed_overlap
+    monkeypatch.setattr(_plan, "self_overlapping",
+                        lambda a: counts.update(checks=counts["checks"] + 1) or check(a))
+    monkeypatch.setattr(_plan, "_listed_overlap",
+                        lambda *a: counts.update(listings=counts["listings"] + 1) or listing(*a))
+    monkeypatch.setattr(_plan, "_LISTED", {})
+    monkeypatch.setattr(_plan, "CALLS", {})
+    with pytest.raises(pyrope.errors.ValueError, match=r"^out has elements that overlap each other"):
+        rope.apply(x, out=out)
+    assert counts == {"checks": 2, "listings": 1}      # checked by both paths, listed once
 
 
 def test_overlapping_reads_are_fine(rng):

@@ -4,6 +4,7 @@ direct calls, each against a brute-force computation on element byte
 addresses. No test here runs C: the C library is replaced by an object that
 fails on any use."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ def no_kernel(monkeypatch):
     """The planner must decide everything without the C library."""
     monkeypatch.setattr(_kernel, "lib", _NoC())
     monkeypatch.setattr(_plan, "CALLS", {})
+    monkeypatch.setattr(_plan, "_LISTED", {})
 
 
 # ---- brute force ----------------------------------------------------------------------
@@ -253,12 +255,139 @@ def test_self_overlapping_against_brute_force(itemsize, rng):
 def test_self_overlapping_beyond_the_enumeration_limit(monkeypatch):
     interleaved = view(np.zeros(256, np.uint8), np.float32, (3, 2), (8, 12), 0)
     assert not overlaps_itself(interleaved)
-    monkeypatch.setattr(_plan, "_ENUMERATE_LIMIT", 6)
+    monkeypatch.setattr(_plan, "_ENUMERATE_LIMIT", 1)         # the shorter axis's one step
     assert not _plan.self_overlapping(interleaved)            # listed: apart
-    monkeypatch.setattr(_plan, "_ENUMERATE_LIMIT", 5)
+    monkeypatch.setattr(_plan, "_LISTED", {})                 # the decision is kept: forget it
+    monkeypatch.setattr(_plan, "_ENUMERATE_LIMIT", 0)
     assert _plan.self_overlapping(interleaved)                # cannot be shown apart: treated as overlapping
     plain = np.zeros((3, 5), np.float32)[:, ::2]
     assert not _plan.self_overlapping(plain)                  # decided without listing elements
+    far = np.lib.stride_tricks.as_strided(np.zeros(4, np.float32), (3, 3), (1 << 62, (1 << 62) + 8))
+    assert _plan.self_overlapping(far)                        # past int64 offsets: treated as overlapping
+
+
+def byte_ranges_overlap(shape, strides, itemsize):
+    """Plain Python: do two of the byte ranges [offset, offset + itemsize) of
+    the elements of a view with ``shape`` and ``strides`` intersect?"""
+    starts = sorted(sum(i * s for i, s in zip(idx, strides)) for idx in itertools.product(*map(range, shape)))
+    return any(b < a + itemsize for a, b in zip(starts, starts[1:]))
+
+
+def strided(shape, strides, dtype):
+    """``as_strided`` over a fresh buffer just large enough (any signs, zeros)."""
+    item = np.dtype(dtype).itemsize
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + item
+    buffer = np.zeros(hi - lo + item, np.uint8)
+    first = buffer[-lo:-lo + item].view(dtype)   # the element at index 0
+    return np.lib.stride_tricks.as_strided(first, shape, strides)
+
+
+@pytest.fixture
+def listed(monkeypatch):
+    """Counts the views that fall to listing, and which search each takes."""
+    seen = {"views": 0, "steps": 0, "sorted": 0}
+
+    def count(name, key):
+        real = getattr(_plan, name)
+
+        def counted(*args):
+            seen[key] += 1
+            return real(*args)
+        monkeypatch.setattr(_plan, name, counted)
+    count("_listed_overlap", "views")
+    count("_near_steps", "steps")
+    count("_near_sorted", "sorted")
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_self_overlapping_against_byte_ranges(dtype, rng, listed, monkeypatch):
+    # Random shapes up to 6 dims and strides of any sign, zero included, in
+    # units of 1, the itemsize or twice it: every decision, cheap or listed,
+    # against the byte ranges themselves.
+    item = np.dtype(dtype).itemsize
+    outcomes = set()
+    for _ in range(2500):
+        ndim = int(rng.integers(1, 7))
+        shape = tuple(int(n) for n in rng.integers(0 if rng.random() < 0.03 else 1, 5, size=ndim))
+        if math.prod(shape) > 2000:
+            continue
+        unit = int(rng.choice([1, item, 2 * item]))
+        strides = tuple(int(rng.integers(-12, 13)) * unit for _ in shape)
+        monkeypatch.setattr(_plan, "_LISTED", {})
+        before = listed["views"]
+        got = _plan.self_overlapping(strided(shape, strides, dtype))
+        assert got == byte_ranges_overlap(shape, strides, item), (shape, strides)
+        outcomes.add((got, listed["views"] > before))
+    assert outcomes == {(False, False), (True, False), (False, True), (True, True)}
+    assert listed["steps"] and listed["sorted"]    # both searches ran
+
+
+def test_self_overlapping_many_axes_against_byte_ranges(rng, listed, monkeypatch):
+    # 3 to 8 axes of 2 or 3 elements: sides of several axes each are listed and sorted.
+    outcomes = set()
+    for _ in range(1500):
+        shape = tuple(int(n) for n in rng.integers(2, 4, size=int(rng.integers(3, 9))))
+        if math.prod(shape) > 3000:
+            continue
+        strides = tuple(int(rng.integers(-300, 301)) for _ in shape)
+        monkeypatch.setattr(_plan, "_LISTED", {})
+        got = _plan.self_overlapping(strided(shape, strides, np.float32))
+        assert got == byte_ranges_overlap(shape, strides, 4), (shape, strides)
+        outcomes.add(got)
+    assert outcomes == {False, True} and listed["sorted"] > 100
+
+
+class _NoNumpy:
+    def __getattr__(self, name):
+        raise AssertionError(f"an array was built: np.{name}")
+
+
+# (shape, strides, overlapping): float32 views each decided by one rule, in O(ndim)
+CHEAP = [
+    ((16384, 8, 128), (0, 512, 4), True),         # the issue's: a zero stride on a long axis
+    ((1, 8, 128), (0, 512, 4), False),            # ... on an axis of one element: nothing repeats
+    ((0, 8, 128), (0, 0, 4), False),              # no element
+    ((5, 4), (16, 2), True),                      # a stride below the itemsize
+    ((3, 4, 5), (64, -8, 8), True),               # equal |strides|, opposite signs
+    ((3, 4, 5), (64, 10, 8), True),               # strides less than an itemsize apart
+    ((7, 3, 2), (-96, 32, 4), False),             # nested (negative strides too)
+    ((7, 3, 2), (8, 12, 4), True),                # more elements than their reach holds, one apiece
+    ((50, 40, 3), (4, 12, 2000), True),           # the same below an outer axis that nests
+    ((3, 2, 100), (8, 12, 10000), False),         # the same apart: outer axis dropped, the rest listed
+]
+
+
+@pytest.mark.parametrize("shape, strides, want", CHEAP, ids=[f"{s}@{t}" for s, t, _ in CHEAP])
+def test_self_overlapping_cheap_decisions_build_no_array(shape, strides, want, monkeypatch):
+    a = strided(shape, strides, np.float32)
+    if math.prod(shape) <= 1 << 12:
+        assert byte_ranges_overlap(shape, strides, 4) == want
+    listed_ = shape == (3, 2, 100)
+    if not listed_:
+        monkeypatch.setattr(_plan, "np", _NoNumpy())         # shape and strides alone decide it
+    monkeypatch.setattr(_plan, "_listed_overlap", lambda *a, _r=_plan._listed_overlap: (
+        _r(*a) if listed_ else pytest.fail("listed a view a cheap rule decides")))
+    assert _plan.self_overlapping(a) == want
+
+
+@pytest.mark.parametrize("ndim", range(2, 8))
+def test_self_overlapping_lists_at_most_half_the_elements(ndim):
+    # The listing's length bounds the work of a tangled view: against the
+    # element count (a rotation touches each one), for every shape of lengths
+    # 2..9 and a few long axes.
+    for shape in itertools.combinations_with_replacement([2, 3, 4, 5, 7, 9, 64, 1000], ndim):
+        axes = [(i + 1, n) for i, n in enumerate(shape)]
+        count = _plan._listed_count(_plan._sides(axes))
+        assert count <= math.prod(shape) // 2 + 1, (shape, count)
+
+
+def test_self_overlapping_lists_once_per_view(listed):
+    a = strided((3, 2, 100), (8, 12, 10000), np.float32)
+    for _ in range(3):
+        assert not _plan.self_overlapping(a)
+    assert listed["views"] == 1
 
 
 def test_the_kernel_is_out_of_reach():
