@@ -20,7 +20,6 @@ from ._table_cache import TableCache
 from .scaling import resolve
 
 _MISSING = object()
-_ACCEPTED_DTYPES = _kernel.ACCEPTED_DTYPES
 ANGLES = ("auto", "table", "on_the_fly")
 _AUTO = "auto"   # the default, so `angles is _AUTO` decides the common case (any other object: `==` on a str)
 
@@ -591,7 +590,7 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        as_float_array(name, x, _ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
+        as_float_array(name, x, _kernel.accepted_dtypes(x), _kernel.accepted_names)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")
