@@ -29,5 +29,5 @@ class ImportError(builtins.ImportError, RopeError):  # noqa: A001
 def install_hint(package, extra):
     """How a message says to install optional ``package``: by its own name, or
     as pyrope's ``extra`` from a checkout (pyrope is on no package index yet, so
-    ``pip install 'pyrope-rotary[extra]'`` would find nothing to install)."""
+    the extra cannot be installed by the distribution's name)."""
     return f"pip install {package}, or in a pyrope checkout pip install '.[{extra}]'"

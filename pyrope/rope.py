@@ -125,7 +125,7 @@ class Rope:
     def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
         """The Rope of a llama.cpp GGUF file, from its metadata (and rope tensors).
 
-        Needs the ``gguf`` package (``pip install "pyrope-rotary[gguf]"``); without it,
+        Needs the ``gguf`` package (``pip install gguf``); without it,
         ``ImportError`` names the extra. The layout is the pairing of the q/k
         tensors as stored in the file, from the architecture as llama.cpp runs
         it (``interleaved`` for ``llama``: its converter permutes the weights);
