@@ -38,6 +38,7 @@ def _onnx_types(value):
 
 
 def _type_names():
+    """The op's types T for messages, named as :func:`_kernel.accepted_names` names them."""
     return _kernel.accepted_names(without=("float64",))
 
 
