@@ -52,8 +52,10 @@ check-wheel:
 	unzip -l $(WHEEL_DIR)/*.whl | grep -E 'pyrope/(include|lib)/'
 	for f in include/pyrope.h lib/libpyrope.so 'lib/libpyrope.so.[0-9][0-9]*' lib/pkgconfig/pyrope.pc; do \
 	  unzip -l $(WHEEL_DIR)/*.whl | grep -q " pyrope/$$f$$" || { echo "the wheel lacks pyrope/$$f"; exit 1; }; done
+	unzip -l $(WHEEL_DIR)/*.whl | grep -q ' pyrope_rotary-[^/]*\.dist-info/licenses/LICENSE$$' || { echo "the wheel lacks LICENSE"; exit 1; }
 	$(PYTHON) -m venv --system-site-packages $(WHEEL_DIR)/venv
 	$(WHEEL_DIR)/venv/bin/pip install --quiet --no-deps --force-reinstall $(WHEEL_DIR)/*.whl
+	cd $(WHEEL_DIR) && venv/bin/pyrope --version
 	cp docs/examples/decode_loop.c $(WHEEL_DIR)/
 	cd $(WHEEL_DIR) && PATH=$(CURDIR)/$(WHEEL_DIR)/venv/bin:$$PATH sh -c "$$($(EXAMPLE_CMD))" && \
 	  ldd decode_loop | grep '$(CURDIR)/$(WHEEL_DIR)/venv/.*/libpyrope' && ./decode_loop | tail -2
@@ -66,7 +68,7 @@ check-wheel:
 # transformers models), whose C calls are the ones the kernel tests make, and
 # the fuzz replay, which builds its own sanitized binary. CI stays within its
 # 10 minutes on 2 cores.
-SAN_SKIP = fuzz_replay build_names readme install_hints imports cli cli_hardening config contract \
+SAN_SKIP = fuzz_replay build_names install readme install_hints imports cli cli_hardening config contract \
   contract_facts scaling rope_scaling gguf reference dynamic_seq_len check benchmark \
   transformers_conformance family_conformance transformers_patch multimodal_model multimodal_positions
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1

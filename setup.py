@@ -25,6 +25,7 @@ class build_ext_with_library(build_ext):
     tree too, as setuptools does with the extension."""
 
     def run(self):
+        _builder().require(_builder().missing_python_headers())   # one line, not a compile error
         super().run()
         build_pkg = os.path.join(self.build_lib, "pyrope")
         self.announce("building libpyrope", level=2)

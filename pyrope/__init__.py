@@ -12,7 +12,8 @@ configs are read by ``pyrope.config`` and the contract is ``pyrope.contract``.
 rotate with it (plus the numpy-only ``cache``, ``layout``, ``positions`` and
 ``onnx_interop`` helpers). The tools (``check``, ``testing``, ``reference``,
 ``cli``, ``demo``, ``spectrum``, ``benchmark``, ``gguf``) load on first use, as
-``pyrope.check`` or ``import pyrope.check``.
+``pyrope.check`` or ``import pyrope.check``. No optional package loads with it,
+ml_dtypes neither: bfloat16 arrays are served once their caller has imported it.
 """
 import importlib as _importlib
 import os as _os

@@ -85,7 +85,7 @@ def plot(rows, machine, path, note=None):
     try:
         import matplotlib
     except ImportError:
-        raise errors.ImportError("the benchmark plot needs matplotlib: pip install 'pyrope-rotary[bench]'") from None
+        raise errors.ImportError(f"the benchmark plot needs matplotlib: {errors.install_hint('matplotlib', 'plot')}") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D

@@ -14,6 +14,10 @@ library for C and C++ programs (:func:`build_library`): ``lib/`` in the
 package holds it and ``lib/pkgconfig/pyrope.pc``, ``include/`` holds
 ``pyrope.h``. ``setup.py`` builds it next to the extension, so wheels and
 editable installs carry it, and so does the in-place build.
+
+A machine without a C compiler, or without Python's C headers, stops the
+build with one line naming what to install (:func:`missing_compiler`,
+:func:`missing_python_headers`).
 """
 import glob
 import importlib.machinery
@@ -46,8 +50,41 @@ _FLOAT_DEFINE = re.compile(r"^#define\s+(ROPE_\w+)\s+(-?(?:0x[0-9a-fA-F.]+p[-+]?
 
 
 def _compiler():
+    # what setuptools' build_ext runs too: CC, else the compiler Python was built with
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
     return shlex.split(cc)[:1]
+
+
+# Without these the build would end in a traceback (FileNotFoundError from the
+# first compiler run, or a compile error deep in setuptools' output); instead it
+# stops with one line saying what to install.
+def missing_compiler():
+    """The line to stop the build with when the C compiler it would run is not
+    found (None when it is)."""
+    cc = _compiler()
+    if cc and shutil.which(cc[0]):
+        return None
+    named = f"CC={os.environ['CC']!r}" if os.environ.get("CC") else f"{(cc or ['cc'])[0]!r}, Python's own compiler,"
+    return (f"pyrope needs a C compiler (C11: gcc or clang) to build its kernel, and {named} is not found: "
+            f"install one (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc; macOS: xcode-select "
+            f"--install) or set CC to one")
+
+
+def missing_python_headers():
+    """The line to stop the build with when Python's C headers, which the
+    extension is compiled against, are not installed (None when they are)."""
+    include = sysconfig.get_paths()["include"]
+    if os.path.exists(os.path.join(include, "Python.h")):
+        return None
+    return (f"pyrope needs Python's C headers to build its extension, and {include} has no Python.h: "
+            f"install them (Debian/Ubuntu: apt-get install python3-dev; Fedora: dnf install python3-devel)")
+
+
+def require(problem):
+    """Stop the build with ``problem`` (a line from the checks above), if any:
+    SystemExit prints it alone, where pip shows the build's output."""
+    if problem is not None:
+        sys.exit(problem)
 
 
 def cdef_from_header(path):
@@ -63,6 +100,7 @@ def cdef_from_header(path):
 
 MODULE = "pyrope._pyrope_cffi"
 
+require(missing_compiler())   # the cdef below already runs it
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_from_header(os.path.join(CSRC, "pyrope.h")))
 ffibuilder.set_source(
@@ -198,6 +236,7 @@ def build_library(package_dir, tmp_dir):
 
 
 if __name__ == "__main__":
+    require(missing_python_headers())
     root = os.path.dirname(HERE)
     name = extension_filename()
     # cffi puts the target file name in the module's package directory

@@ -215,11 +215,12 @@ def checked_positions(name, arr):
 def as_float_array(name, value, dtypes, accepted=None):
     """``value`` must be an ndarray whose dtype is exactly one of ``dtypes`` (native order).
 
-    ``accepted``: how the message names the dtypes (default: their names)."""
+    ``accepted``: how the message names the dtypes (default: their names), or a
+    function giving that, called only for the message."""
     if not isinstance(value, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(value).__name__}")
     refuse_masked(name, value)
     if not any(value.dtype == d for d in dtypes):
-        accepted = accepted or ", ".join(np.dtype(d).name for d in dtypes)
+        accepted = (accepted() if callable(accepted) else accepted) or ", ".join(np.dtype(d).name for d in dtypes)
         raise TypeError(f"{name} must have dtype {accepted} (native byte order), got {value.dtype.str} ({value.dtype})")
     return value

@@ -524,7 +524,7 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
     names = ("x",) if len(arrays) == 1 else ("q", "k")
     if seq_axis not in (-3, -2):
         return None, f"seq_axis {seq_axis!r} is not -3 or -2"
-    if first.dtype not in _kernel.DTYPE_CODES:
+    if not _kernel.stores(first.dtype):
         return None, f"{names[0]} has dtype {first.dtype}, which the kernel lacks"
     for name, a in zip(names, arrays):
         if a.ndim < 3 or a.shape[-1] != head_dim or a.dtype != first.dtype:

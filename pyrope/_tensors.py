@@ -40,7 +40,6 @@ from .errors import TypeError, ValueError
 
 _ndarray = np.ndarray
 SERVED = "float32, float16, bfloat16 or float64"
-BFLOAT16 = _kernel.BFLOAT16
 
 # DLDeviceType codes of memory the CPU addresses (those numpy.from_dlpack
 # accepts: CPU, CUDA host (pinned), ROCm host, CUDA managed), and the others' names
@@ -98,11 +97,24 @@ _TORCH_PLAIN = set()  # the torch dtypes Tensor.numpy() serves as pyrope needs t
 
 
 def _torch_floats(torch):
+    """{torch float dtype: numpy dtype}; bfloat16's is ml_dtypes', so it joins
+    with the first bfloat16 tensor or dtype (:func:`_bfloat16_for`), not before:
+    importing ml_dtypes takes longer than importing pyrope."""
     if not _TORCH_FLOATS:
         _TORCH_FLOATS.update({torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
-                              torch.float64: np.dtype(np.float64), torch.bfloat16: BFLOAT16})
+                              torch.float64: np.dtype(np.float64)})
         _TORCH_PLAIN.update((torch.float32, torch.float16, torch.float64))
     return _TORCH_FLOATS
+
+
+def _bfloat16_for(torch, name):
+    """ml_dtypes' bfloat16 for torch.bfloat16 (imported now if need be), or a
+    ``TypeError`` naming ``name`` and what to install."""
+    dtype = _kernel.bfloat16()
+    if dtype is None:
+        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package: {_kernel.ML_DTYPES_HINT}")
+    _torch_floats(torch)[torch.bfloat16] = dtype
+    return dtype
 
 
 def as_array(name, obj, data=True):
@@ -128,15 +140,14 @@ def _torch_view(torch, name, t, data):
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if not t.is_cpu:
         raise TypeError(f"{name} must be a CPU tensor, got one on device {t.device} ({_ELSEWHERE})")
-    if data and t.dtype not in _torch_floats(torch):
+    if data and t.dtype not in _torch_floats(torch) and t.dtype is not torch.bfloat16:
         raise TypeError(f"{name} must have dtype {SERVED}, got {t.dtype}")
     if t.requires_grad:
         t = t.detach()
-    if t.dtype is torch.bfloat16 and BFLOAT16 is None:
-        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package")
+    bfloat16 = _bfloat16_for(torch, name) if t.dtype is torch.bfloat16 else None
     try:
-        if t.dtype is torch.bfloat16:
-            return t.view(torch.int16).numpy().view(BFLOAT16)
+        if bfloat16 is not None:
+            return t.view(torch.int16).numpy().view(bfloat16)
         return t.numpy()
     except (RuntimeError, builtins.TypeError) as exc:  # negative or conjugate views, exotic dtypes
         raise TypeError(f"{name} ({t.dtype}) has no numpy view: {exc}") from None
@@ -163,7 +174,7 @@ def _dlpack_view(name, obj, data):
     except Exception as exc:  # numpy refuses bfloat16 (and types it lacks): read the capsule
         from ._dlpack import import_view
         arr = import_view(name, obj, exc, f"dtype {SERVED}" if data else "an integer dtype")
-    if data and arr.dtype not in _kernel.DTYPE_CODES:
+    if data and not _kernel.stores(arr.dtype):
         raise TypeError(f"{name} must have dtype {SERVED}, got {arr.dtype}")
     return arr
 
@@ -172,19 +183,21 @@ def new_like(result, like):
     """A new ndarray ``result`` as an object of ``like``'s type (see the module notes)."""
     torch = torch_of(like)
     if torch is not None:
-        if BFLOAT16 is not None and result.dtype == BFLOAT16:
+        if _kernel.is_bfloat16(result.dtype):
             return torch.from_numpy(result.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(result)
     namespace = getattr(like, "__array_namespace__", None)
-    if namespace is None or (BFLOAT16 is not None and result.dtype == BFLOAT16):
+    if namespace is None or _kernel.is_bfloat16(result.dtype):
         return result
     return namespace().from_dlpack(result)
 
 
 def torch_dtype_as_numpy(dtype):
-    """``dtype`` with a torch float dtype replaced by numpy's (others unchanged)."""
+    """``dtype`` with a torch float dtype replaced by numpy's (others unchanged,
+    bfloat16 too: tables are float32 or float64, so it is refused by name, and
+    ml_dtypes is not imported to say so)."""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(dtype, torch.dtype):
+    if torch is not None and isinstance(dtype, torch.dtype) and dtype is not torch.bfloat16:
         return _torch_floats(torch).get(dtype, dtype)
     return dtype
 

@@ -41,7 +41,6 @@ from collections import namedtuple
 import numpy as np
 
 from . import _kernel, reference
-from ._kernel import BFLOAT16
 from .rope import Rope
 
 # the optional peers, imported by _load_peers() when a run times them (torch
@@ -76,8 +75,9 @@ SHAPES = {  # name: (shape [batch, seq, heads, head_dim], first position, rounds
 # cases also timed writing into a KV-cache slice: name -> cache shape [batch, max_seq, heads, head_dim]
 CACHE_OUT = {"decode": (16, 4096, 32, 128)}
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
-if BFLOAT16 is not None:
-    DTYPES["bfloat16"] = BFLOAT16
+_BFLOAT16 = _kernel.bfloat16()   # a benchmark tool: ml_dtypes is imported with it, if installed
+if _BFLOAT16 is not None:
+    DTYPES["bfloat16"] = _BFLOAT16
 LAYOUTS = ("split_half", "interleaved")
 PEERS = ("numpy", "torch", "onnxruntime")
 IN_PLACE, OUT_CACHE = "in place", "out=cache"

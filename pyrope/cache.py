@@ -40,7 +40,7 @@ def _rope_type():
 def _token_shape(rope, k, seq_axis):
     """``(batch_shape, n_seq)`` of keys ``k``, checked under the name the caller
     gave them (the rotations below would call them ``x``)."""
-    as_float_array("k", k, _kernel.ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
+    as_float_array("k", k, _kernel.accepted_dtypes(k), _kernel.accepted_names)
     if k.ndim < 3:
         raise ValueError(f"k must have at least 3 dims ([seq, heads, head_dim] or with batch dims), got shape {k.shape}")
     if k.shape[-1] != rope.head_dim:

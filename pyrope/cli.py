@@ -114,10 +114,24 @@ def _config_args(parser, many=False):
                              "pyrope.scaling.dynamic_seq_len)")
 
 
+def version_text(c_version=None):
+    """What ``pyrope --version`` prints: ``pyrope 0.1.0``. ``c_version``: the C
+    library's ``rope_version()`` (default: the loaded one's); a build older or
+    newer than the Python package (a stale in-place build) is named too."""
+    from . import __version__, _kernel
+    code = _kernel.lib.rope_version() if c_version is None else c_version
+    built = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    if built == __version__:
+        return f"pyrope {__version__}"
+    return f"pyrope {__version__} (its C library is {built}: a stale build; rebuild it, make build)"
+
+
 def build_parser():
     """The argument parser with every subcommand."""
     parser = _Parser(prog="pyrope",
                      description="Rotary position embedding for the CPU: inspect, check, benchmark.")
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = _sub(sub, "demo", "the first seed's experiment: frequencies, rotary vs additive, turns",

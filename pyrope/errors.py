@@ -24,3 +24,10 @@ class OverflowError(builtins.OverflowError, RopeError):  # noqa: A001
 
 class ImportError(builtins.ImportError, RopeError):  # noqa: A001
     """An optional extra is not installed (the message names it)."""
+
+
+def install_hint(package, extra):
+    """How a message says to install optional ``package``: by its own name, or
+    as pyrope's ``extra`` from a checkout (pyrope is on no package index yet, so
+    the extra cannot be installed by the distribution's name)."""
+    return f"pip install {package}, or in a pyrope checkout pip install '.[{extra}]'"

@@ -4,8 +4,9 @@
 model's rotary embedding and returns ``head_dim``, ``rotary_dim``, ``base``,
 ``scaling`` and ``layout``, ready for ``Rope(**args)``; ``Rope.from_gguf`` is
 the one-call form.  The file is parsed with the ``gguf`` package (the format's
-own reader, maintained with llama.cpp), an optional extra:
-``pip install "pyrope-rotary[gguf]"``.  Importing this module does not import it.
+own reader, maintained with llama.cpp), an optional extra: ``pip install gguf``
+(or, in a pyrope checkout, ``pip install '.[gguf]'``).  Importing this module
+does not import it.
 
 What is read (``{arch}`` = ``general.architecture``), with llama.cpp's defaults
 (``llama_model::load_hparams`` in ``src/llama-model.cpp``):
@@ -53,7 +54,7 @@ import os
 
 import numpy as np
 
-from .errors import ImportError, TypeError, ValueError
+from .errors import ImportError, TypeError, ValueError, install_hint
 from .scaling import FreqFactors, Linear, LongRope, Resolved, Yarn, _positive_int, resolve
 
 __all__ = ["rope_arguments_from_gguf", "ROPE_TYPES", "LAYOUTS", "EXTRA"]
@@ -125,9 +126,7 @@ def _import_gguf():
     try:
         import gguf
     except builtins.ImportError as exc:
-        raise ImportError(
-            f"reading GGUF files needs the gguf package, an optional extra of pyrope: "
-            f"pip install \"pyrope-rotary[{EXTRA}]\" (or pip install gguf)") from exc
+        raise ImportError(f"reading GGUF files needs the gguf package: {install_hint('gguf', EXTRA)}") from exc
     return gguf
 
 

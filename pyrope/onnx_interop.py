@@ -30,23 +30,24 @@ def _c_aligned(a):
     return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
 
 
-def _onnx_types():
-    """The op's types T that this build serves: float32, float16, and bfloat16
-    when ml_dtypes is installed (the kernel's storage types)."""
-    return tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), _kernel.BFLOAT16)
-                 if d is not None and d in _kernel.DTYPE_CODES)
+def _onnx_types(value):
+    """The op's types T that this process serves, for checking ``value``:
+    float32, float16, and bfloat16 once ml_dtypes is loaded (the kernel's
+    storage types but float64)."""
+    return tuple(d for d in _kernel.accepted_dtypes(value) if d != np.float64)
 
 
-_TYPES = _onnx_types()
-_TYPE_NAMES = ", ".join(f"{d.name} (ml_dtypes)" if d == _kernel.BFLOAT16 else d.name for d in _TYPES)
+def _type_names():
+    """The op's types T for messages, named as :func:`_kernel.accepted_names` names them."""
+    return _kernel.accepted_names(without=("float64",))
 
 
 def _input_array(value):
     """``input`` as an ndarray of one of the op's types T (float64 is not one)."""
     if isinstance(value, np.ndarray) and value.dtype == np.float64:
-        raise TypeError(f"input must have dtype {_TYPE_NAMES} (ONNX RotaryEmbedding's types T), got float64: "
+        raise TypeError(f"input must have dtype {_type_names()} (ONNX RotaryEmbedding's types T), got float64: "
                         f"cast it to float32, or rotate float64 with Rope.apply")
-    return as_float_array("input", value, _TYPES, accepted=_TYPE_NAMES)
+    return as_float_array("input", value, _onnx_types(value), accepted=_type_names)
 
 
 def _cache_array(name, value, dtype):

@@ -20,7 +20,6 @@ from ._table_cache import TableCache
 from .scaling import resolve
 
 _MISSING = object()
-_ACCEPTED_DTYPES = _kernel.ACCEPTED_DTYPES
 ANGLES = ("auto", "table", "on_the_fly")
 _AUTO = "auto"   # the default, so `angles is _AUTO` decides the common case (any other object: `==` on a str)
 
@@ -126,7 +125,7 @@ class Rope:
     def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
         """The Rope of a llama.cpp GGUF file, from its metadata (and rope tensors).
 
-        Needs the ``gguf`` package (``pip install "pyrope-rotary[gguf]"``); without it,
+        Needs the ``gguf`` package (``pip install gguf``); without it,
         ``ImportError`` names the extra. The layout is the pairing of the q/k
         tensors as stored in the file, from the architecture as llama.cpp runs
         it (``interleaved`` for ``llama``: its converter permutes the weights);
@@ -591,7 +590,7 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        as_float_array(name, x, _ACCEPTED_DTYPES, _kernel.ACCEPTED_NAMES)
+        as_float_array(name, x, _kernel.accepted_dtypes(x), _kernel.accepted_names)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")

@@ -163,8 +163,8 @@ def require_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        from .errors import ImportError as RopeImportError
-        raise RopeImportError("--plot needs matplotlib: pip install 'pyrope-rotary[plot]'") from None
+        from .errors import ImportError as RopeImportError, install_hint
+        raise RopeImportError(f"--plot needs matplotlib: {install_hint('matplotlib', 'plot')}") from None
 
 
 def plot(curves, path):

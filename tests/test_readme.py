@@ -39,6 +39,13 @@ NOT_RUN = {
     "make demo": "installs the package into the environment (pip install -e .); "
                  "the demo it then runs is `pyrope demo`, which the Command line block runs",
     "make test": "installs the test extras into the environment and runs this whole suite",
+    "pip install .": "installs into the environment; make check-wheel installs the wheel of the same "
+                     "build into a throwaway venv and runs pyrope --version from it",
+    "pip install '.[bfloat16,gguf,plot]'": "installs into the environment; the extras' packages are "
+                                           "among the test extras make test installs",
+    "pip wheel --no-deps -w dist .": "compiles the whole kernel; make check-wheel builds the wheel and "
+                                     "checks what it holds (tests/test_install.py: the license)",
+    "pip install dist/pyrope_rotary-*.whl": "installs into the environment; make check-wheel does, into a venv",
 }
 SH_TIMEOUT = 120   # seconds per block; each takes about one
 

@@ -12,12 +12,12 @@ import pytest
 
 import pyrope
 from pyrope import Rope
-from pyrope._kernel import ACCEPTED_DTYPES
+from pyrope._kernel import storage_dtypes
 
 GUARD = 64
 PATTERN = 0xA5
 POSITIONS = np.array([3, 1000], dtype=np.int64)   # an int64 array: the direct path, as a decode batch takes it
-DTYPES = [np.dtype(d) for d in ACCEPTED_DTYPES]
+DTYPES = list(storage_dtypes())   # bfloat16 too: ml_dtypes is imported for it
 
 
 def guarded(n, dtype, offset, rng):

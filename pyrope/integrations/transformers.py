@@ -35,9 +35,13 @@ import inspect
 import sys
 import weakref
 
-import torch
+from ..errors import ImportError, RopeError, TypeError, ValueError
 
-from ..errors import RopeError, TypeError, ValueError
+try:
+    import torch
+except ModuleNotFoundError as exc:   # a model to patch needs both; say so, not a bare traceback
+    raise ImportError("pyrope.integrations.transformers needs torch and transformers: "
+                      "pip install torch transformers, or in a pyrope checkout pip install '.[conformance]'") from exc
 from . import _hf_apply, _hf_rotary
 
 __all__ = ["patch", "unpatch", "Patch"]
