@@ -115,7 +115,7 @@ def _config_args(parser, many=False):
 
 
 def version_text(c_version=None):
-    """What ``pyrope --version`` prints: ``pyrope 0.1.0``. ``c_version``: the C
+    """What ``pyrope --version`` prints, e.g. ``pyrope 0.2.0``. ``c_version``: the C
     library's ``rope_version()`` (default: the loaded one's); a build older or
     newer than the Python package (a stale in-place build) is named too."""
     from . import __version__, _kernel
