@@ -9,12 +9,17 @@ PIP = $(PYTHON) -m pip --disable-pip-version-check
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
-install-test: build/.installed-test   ## the package plus everything the tests need
-
 # A stamp, so `make sanitize` right after `make test` (as CI runs them) does not
 # install and build everything a second time; any change to what the install
-# builds or pulls in makes it run again, and `make clean` removes it.
-build/.installed-test: pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h)
+# builds or pulls in makes it run again, and `make clean` removes it. One stamp
+# per environment (named after its prefix, and older than a venv made anew in
+# the same place): another venv, or this one made again, gets its own install.
+PYTHON_ENV := $(shell $(PYTHON) -c 'import hashlib, os, sys; p = sys.prefix; print(hashlib.sha1(p.encode()).hexdigest()[:12], \
+  os.path.join(p, "pyvenv.cfg") if p != sys.base_prefix else os.path.realpath(sys.executable))' 2>/dev/null)
+TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
+install-test: $(TEST_STAMP)   ## the package plus everything the tests need
+
+$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h) $(word 2,$(PYTHON_ENV))
 	$(PIP) install --quiet -e ".[test,conformance]"
 	mkdir -p build && touch $@
 
