@@ -45,6 +45,10 @@ clean:
 # docs/examples/README.md documents (read from there), against this checkout
 # (c-example) or against the wheel installed in a throwaway venv (check-wheel,
 # which also lists the wheel's C files). Neither touches the installed package.
+# check-wheel builds as pip builds for a user (in an isolated environment with
+# pyproject.toml's build requirements) and installs the wheel with its declared
+# dependencies into a venv without the system's site-packages: nothing installed
+# beside it can stand in for a build requirement or a dependency the wheel lacks.
 EXAMPLE_CMD = grep '^cc .*decode_loop.c' $(CURDIR)/docs/examples/README.md
 c-example: build
 	rm -rf build/c-example && mkdir -p build/c-example && cp docs/examples/decode_loop.c build/c-example/
@@ -53,12 +57,12 @@ c-example: build
 WHEEL_DIR = build/wheel
 check-wheel:
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
-	$(PIP) wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR) .
+	$(PIP) wheel --quiet --no-deps -w $(WHEEL_DIR) .
 	unzip -l $(WHEEL_DIR)/*.whl | grep -E 'pyrope/(include|lib)/'
 	for f in include/pyrope.h lib/libpyrope.so 'lib/libpyrope.so.[0-9][0-9]*' lib/pkgconfig/pyrope.pc; do \
 	  unzip -l $(WHEEL_DIR)/*.whl | grep -q " pyrope/$$f$$" || { echo "the wheel lacks pyrope/$$f"; exit 1; }; done
-	$(PYTHON) -m venv --system-site-packages $(WHEEL_DIR)/venv
-	$(WHEEL_DIR)/venv/bin/pip install --quiet --no-deps --force-reinstall $(WHEEL_DIR)/*.whl
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/pip install --quiet --disable-pip-version-check $(WHEEL_DIR)/*.whl
 	cp docs/examples/decode_loop.c $(WHEEL_DIR)/
 	cd $(WHEEL_DIR) && PATH=$(CURDIR)/$(WHEEL_DIR)/venv/bin:$$PATH sh -c "$$($(EXAMPLE_CMD))" && \
 	  ldd decode_loop | grep '$(CURDIR)/$(WHEEL_DIR)/venv/.*/libpyrope' && ./decode_loop | tail -2
