@@ -4,17 +4,22 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
+.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
-install-test: build/.installed-test   ## the package plus everything the tests need
-
 # A stamp, so `make sanitize` right after `make test` (as CI runs them) does not
 # install and build everything a second time; any change to what the install
-# builds or pulls in makes it run again, and `make clean` removes it.
-build/.installed-test: pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h)
+# builds or pulls in makes it run again, and `make clean` removes it. One stamp
+# per environment (named after its prefix, and older than a venv made anew in
+# the same place): another venv, or this one made again, gets its own install.
+PYTHON_ENV := $(shell $(PYTHON) -c 'import hashlib, os, sys; p = sys.prefix; print(hashlib.sha1(p.encode()).hexdigest()[:12], \
+  os.path.join(p, "pyvenv.cfg") if p != sys.base_prefix else os.path.realpath(sys.executable))' 2>/dev/null)
+TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
+install-test: $(TEST_STAMP)   ## the package plus everything the tests need
+
+$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h) $(word 2,$(PYTHON_ENV))
 	$(PIP) install --quiet -e ".[test,conformance]"
 	mkdir -p build && touch $@
 
@@ -23,6 +28,16 @@ demo: install
 
 test: install-test
 	$(PYTHON) -m pytest -q
+
+# The frequency rules, contracts, tables, GGUF and transformers conformance again
+# with numpy's run-time dispatch limited to its baseline (every dispatch target it
+# has disabled): no value may depend on which vectorised routine numpy picks for
+# the CPU (tests/test_same_bits.py compares the digests of both in one run too).
+BASELINE_TESTS = same_bits scaling rope_scaling config contract contract_upgrade tables gguf \
+  transformers_conformance
+test-baseline: install-test
+	NPY_DISABLE_CPU_FEATURES="$$($(PYTHON) tests/bits_digest.py --dispatch-targets)" \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(foreach t,$(BASELINE_TESTS),tests/test_$(t).py)
 
 build:              ## build the C extension and libpyrope in place (no install)
 	$(PYTHON) pyrope/_build.py
@@ -40,6 +55,10 @@ clean:
 # docs/examples/README.md documents (read from there), against this checkout
 # (c-example) or against the wheel installed in a throwaway venv (check-wheel,
 # which also lists the wheel's C files). Neither touches the installed package.
+# check-wheel builds as pip builds for a user (in an isolated environment with
+# pyproject.toml's build requirements) and installs the wheel with its declared
+# dependencies into a venv without the system's site-packages: nothing installed
+# beside it can stand in for a build requirement or a dependency the wheel lacks.
 EXAMPLE_CMD = grep '^cc .*decode_loop.c' $(CURDIR)/docs/examples/README.md
 c-example: build
 	rm -rf build/c-example && mkdir -p build/c-example && cp docs/examples/decode_loop.c build/c-example/
@@ -48,13 +67,13 @@ c-example: build
 WHEEL_DIR = build/wheel
 check-wheel:
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
-	$(PIP) wheel --quiet --no-deps --no-build-isolation -w $(WHEEL_DIR) .
+	$(PIP) wheel --quiet --no-deps -w $(WHEEL_DIR) .
 	unzip -l $(WHEEL_DIR)/*.whl | grep -E 'pyrope/(include|lib)/'
 	for f in include/pyrope.h lib/libpyrope.so 'lib/libpyrope.so.[0-9][0-9]*' lib/pkgconfig/pyrope.pc; do \
 	  unzip -l $(WHEEL_DIR)/*.whl | grep -q " pyrope/$$f$$" || { echo "the wheel lacks pyrope/$$f"; exit 1; }; done
 	unzip -l $(WHEEL_DIR)/*.whl | grep -q ' pyrope_rotary-[^/]*\.dist-info/licenses/LICENSE$$' || { echo "the wheel lacks LICENSE"; exit 1; }
-	$(PYTHON) -m venv --system-site-packages $(WHEEL_DIR)/venv
-	$(WHEEL_DIR)/venv/bin/pip install --quiet --no-deps --force-reinstall $(WHEEL_DIR)/*.whl
+	$(PYTHON) -m venv $(WHEEL_DIR)/venv
+	$(WHEEL_DIR)/venv/bin/pip install --quiet --disable-pip-version-check $(WHEEL_DIR)/*.whl
 	cd $(WHEEL_DIR) && venv/bin/pyrope --version
 	cp docs/examples/decode_loop.c $(WHEEL_DIR)/
 	cd $(WHEEL_DIR) && PATH=$(CURDIR)/$(WHEEL_DIR)/venv/bin:$$PATH sh -c "$$($(EXAMPLE_CMD))" && \
@@ -68,7 +87,7 @@ check-wheel:
 # transformers models), whose C calls are the ones the kernel tests make, and
 # the fuzz replay, which builds its own sanitized binary. CI stays within its
 # 10 minutes on 2 cores.
-SAN_SKIP = fuzz_replay build_names install readme install_hints imports cli cli_hardening config contract \
+SAN_SKIP = fuzz_replay build_names install readme install_hints declared_imports imports cli cli_hardening config contract \
   contract_facts scaling rope_scaling gguf reference dynamic_seq_len check benchmark \
   transformers_conformance family_conformance transformers_patch multimodal_model multimodal_positions
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1

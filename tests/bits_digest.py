@@ -115,14 +115,27 @@ def digests():
     return {name: hashlib.sha256(json.dumps(value).encode()).hexdigest() for name, value in sections.items()}
 
 
+def _multiarray():
+    try:
+        from numpy._core import _multiarray_umath
+    except ImportError:  # numpy 1.x
+        from numpy.core import _multiarray_umath
+    return _multiarray_umath
+
+
 def numpy_features():
     """The CPU features numpy's dispatch may use in this process."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_features__
-    except ImportError:  # numpy 1.x
-        from numpy.core._multiarray_umath import __cpu_features__
-    return sorted(name for name, on in __cpu_features__.items() if on)
+    return sorted(name for name, on in _multiarray().__cpu_features__.items() if on)
+
+
+def dispatch_targets():
+    """The targets numpy's run-time dispatch can pick above its baseline (its names:
+    ``NPY_DISABLE_CPU_FEATURES`` set to all of them leaves numpy at its baseline)."""
+    return list(_multiarray().__cpu_dispatch__)
 
 
 if __name__ == "__main__":
-    json.dump({"numpy_features": numpy_features(), "digests": digests()}, sys.stdout)
+    if sys.argv[1:] == ["--dispatch-targets"]:  # for the Makefile's test-baseline
+        print(" ".join(dispatch_targets()))
+    else:
+        json.dump({"numpy_features": numpy_features(), "digests": digests()}, sys.stdout)

@@ -158,16 +158,8 @@ def test_the_scaled_base_is_rounded_once():
 # --------------------------------------------------------------------------- numpy at its baseline
 
 
-def _dispatch_targets():
-    try:
-        from numpy._core._multiarray_umath import __cpu_dispatch__
-    except ImportError:  # numpy 1.x
-        from numpy.core._multiarray_umath import __cpu_dispatch__
-    return list(__cpu_dispatch__)
-
-
 def test_numpy_limited_to_its_baseline_gives_the_same_bits():
-    targets = _dispatch_targets()
+    targets = bits_digest.dispatch_targets()
     assert targets, "this numpy has no run-time dispatch to limit"
     env = dict(os.environ, NPY_DISABLE_CPU_FEATURES=" ".join(targets),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), str(HERE), os.environ.get("PYTHONPATH")])))
