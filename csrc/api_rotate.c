@@ -2,6 +2,7 @@
  * is written, then run the chosen token kernel over token ranges, split
  * across threads by size. One cos/sin row per token (angles.c) serves every
  * head of every tensor of the call. */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "angles.h"
@@ -13,17 +14,8 @@ static int span_ok(int64_t n_batch, int64_t n_seq, int64_t n_heads, int64_t exte
                    const int64_t s[3])
 {
     const int64_t n[3] = {n_batch, n_seq, n_heads};
-    if (n_batch == 0 || n_seq == 0 || n_heads == 0)
-        return 1;
-    int64_t lo = 0, hi = extent;
-    for (int k = 0; k < 3; k++) {
-        int64_t reach;
-        if (__builtin_mul_overflow(n[k] - 1, s[k], &reach))
-            return 0;
-        if (reach < 0 ? __builtin_add_overflow(lo, reach, &lo) : __builtin_add_overflow(hi, reach, &hi))
-            return 0;
-    }
-    return 1;
+    int64_t lo, hi;
+    return rope_reach(n, s, 3, extent, &lo, &hi);
 }
 
 static int check_tensor(const rope_tensor *t, const rope_op *op, size_t esize)
@@ -44,7 +36,8 @@ static int check_tensor(const rope_tensor *t, const rope_op *op, size_t esize)
     return ROPE_OK;
 }
 
-/* Everything a token range needs; read-only while threads run. */
+/* Everything a token range needs; read-only while threads run, but for
+ * the flag a token without a row raises. */
 typedef struct {
     const rope_op *op;
     const rope_tensor *t;
@@ -53,6 +46,7 @@ typedef struct {
     rope_rot_fn rot;
     rope_row_maker make;
     int64_t half, elem;
+    atomic_int *missed;
 } job;
 
 /* Rotate tokens [begin, end) (token = b * n_seq + s) of every tensor. */
@@ -76,7 +70,12 @@ static void rotate_range(void *ctx, int64_t begin, int64_t end)
             b++;
         }
         const void *c, *sn;
-        rope_token_row(&angles, make, half, b, s, scratch, &c, &sn);
+        if (!rope_token_row(&angles, make, half, b, s, scratch, &c, &sn)) {
+            /* a position changed since the check (another thread wrote it):
+             * the token is left as it is, and the call fails */
+            atomic_store_explicit(j->missed, 1, memory_order_relaxed);
+            continue;
+        }
         for (int k = 0; k < n_tensors; k++) {
             const rope_tensor *t = &j->t[k];
             if (t->n_heads == 0)
@@ -92,6 +91,36 @@ static void rotate_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Does an output share a byte with anything else the call reads while it
+ * writes: the angles' positions, rows or frequencies, or the tensor
+ * descriptors? Each range is the span [lowest byte, highest byte] of its
+ * elements; gaps between them count. (x of one tensor and the out of
+ * another are the caller's to keep apart, pyrope.h: they change values,
+ * never an address.) Returns ROPE_OK, ROPE_E_OVERLAP or ROPE_E_OVERFLOW. */
+static int outputs_apart(const rope_op *op, const rope_tensor *t, int n_tensors, const rope_angles *a,
+                         int64_t half, int wide, int64_t esize)
+{
+    uintptr_t lo[4], hi[4];
+    int n = rope_angles_reads(a, op->n_batch, op->n_seq, half, wide, lo, hi);
+    if (n < 0 || !rope_bytes(t, 0, n_tensors, (int64_t)sizeof(rope_tensor), &lo[n], &hi[n]))
+        return ROPE_E_OVERFLOW;
+    n++;
+    for (int k = 0; k < n_tensors; k++) {
+        if (t[k].n_heads == 0)
+            continue;
+        const int64_t count[3] = {op->n_batch, op->n_seq, t[k].n_heads};
+        int64_t elo, ehi;
+        uintptr_t olo, ohi;
+        if (!rope_reach(count, t[k].out_strides, 3, op->head_dim, &elo, &ehi) ||
+            !rope_bytes(t[k].out, elo, ehi, esize, &olo, &ohi))
+            return ROPE_E_OVERFLOW;
+        for (int i = 0; i < n; i++)
+            if (rope_ranges_meet(olo, ohi, lo[i], hi[i]))
+                return ROPE_E_OVERLAP;
+    }
+    return ROPE_OK;
+}
+
 /* n1 * n2 * n3 * n4, saturating at INT64_MAX (only sizes the split). */
 static int64_t sat_product(int64_t n1, int64_t n2, int64_t n3, int64_t n4)
 {
@@ -102,11 +131,15 @@ static int64_t sat_product(int64_t n1, int64_t n2, int64_t n3, int64_t n4)
     return r;
 }
 
-int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
+int rope_rotate(const rope_op *given_op, const rope_tensor *tensors, int n_tensors,
                 const rope_angles *angles)
 {
-    if (!op)
+    if (!given_op)
         return ROPE_E_NULL;
+    /* Read once: the descriptors may lie in memory the call writes. The
+     * threads read this copy, the angles' copy and the tensors, which
+     * outputs_apart keeps out of every output. */
+    const rope_op o = *given_op, *op = &o;
     if (op->dtype < 0 || op->dtype >= ROPE_N_DTYPES)
         return ROPE_E_DTYPE;
     if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
@@ -134,15 +167,21 @@ int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
         return ROPE_OK; /* nothing to do: no pointer is dereferenced */
     const int64_t half = op->rotary_dim / 2;
     const int wide = ROPE_WIDE_ROWS[op->dtype];
-    const int st = rope_angles_check(angles, op->n_batch, op->n_seq, half, wide);
+    rope_angles a;
+    uint8_t map[ROPE_MAX_OTF_HALF];
+    int st = rope_angles_take(angles, &a, map, op->n_batch, op->n_seq, half, wide);
+    if (st != ROPE_OK)
+        return st;
+    st = outputs_apart(op, tensors, n_tensors, &a, half, wide, (int64_t)esize);
     if (st != ROPE_OK)
         return st;
 
     const rope_kernels *kern = rope_active_kernels();
-    const job j = {op, tensors, n_tensors, angles, kern->rot[op->dtype][op->layout],
-                   {kern->table_f32, kern->table_f64, wide}, half, (int64_t)esize};
+    atomic_int missed = 0;
+    const job j = {op, tensors, n_tensors, &a, kern->rot[op->dtype][op->layout],
+                   {kern->table_f32, kern->table_f64, wide}, half, (int64_t)esize, &missed};
     /* Traffic: every element read once and written once. */
     const int64_t bytes = sat_product(n_tokens, heads_total, op->head_dim, 2 * j.elem);
     rope_parallel_for(rotate_range, (void *)&j, n_tokens, bytes, op->n_threads);
-    return ROPE_OK;
+    return atomic_load(&missed) ? ROPE_E_POSITION : ROPE_OK;
 }

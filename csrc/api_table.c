@@ -27,6 +27,24 @@ int rope_check_table_args(int64_t n_pos, const double *inv_freq, int64_t n_freq,
     return ROPE_OK;
 }
 
+int rope_check_table_apart(const int64_t *positions, int64_t n_pos, const double *inv_freq, int64_t n_freq,
+                           const void *cos_out, const void *sin_out, int64_t esize)
+{
+    /* what the kernels read while they write (the positions, the
+     * frequencies), and the two outputs: no two may share a byte */
+    uintptr_t lo[4], hi[4];
+    if (!rope_bytes(cos_out, 0, n_pos * n_freq, esize, &lo[0], &hi[0]) ||  /* product checked */
+        !rope_bytes(sin_out, 0, n_pos * n_freq, esize, &lo[1], &hi[1]) ||
+        !rope_bytes(inv_freq, 0, n_freq, (int64_t)sizeof(double), &lo[2], &hi[2]) ||
+        !rope_bytes(positions, 0, positions ? n_pos : 0, (int64_t)sizeof(int64_t), &lo[3], &hi[3]))
+        return ROPE_E_OVERFLOW;
+    for (int out = 0; out < 2; out++)
+        for (int i = out + 1; i < 4; i++)
+            if (rope_ranges_meet(lo[out], hi[out], lo[i], hi[i]))
+                return ROPE_E_OVERLAP;
+    return ROPE_OK;
+}
+
 int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
                      const double *inv_freq, int64_t n_freq, double scale,
                      float *cos_out, float *sin_out)
@@ -38,6 +56,9 @@ int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
         return ROPE_E_NULL;
     if (!rope_aligned(positions, 8))
         return ROPE_E_ALIGN;
+    st = rope_check_table_apart(positions, n_pos, inv_freq, n_freq, cos_out, sin_out, sizeof(float));
+    if (st != ROPE_OK)
+        return st;
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;
@@ -72,6 +93,9 @@ int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
 {
     int st = rope_check_table_args(n_pos, inv_freq, n_freq, scale, cos_out, sin_out);
     if (st != ROPE_OK || n_pos == 0 || n_freq == 0)
+        return st;
+    st = rope_check_table_apart(NULL, n_pos, inv_freq, n_freq, cos_out, sin_out, sizeof(float));
+    if (st != ROPE_OK)
         return st;
     if (!rope_position_ok(start) || n_pos - 1 > ROPE_MAX_POSITION - start)
         return ROPE_E_POSITION;

@@ -159,7 +159,8 @@ const char *rope_strerror(int status)
     case ROPE_E_OVERFLOW: return "a size or index computation would overflow";
     case ROPE_E_ISA: return "the instruction set is not supported by this CPU or OS";
     case ROPE_E_VALUE: return "a frequency or the scale is not finite or out of range";
-    case ROPE_E_OVERLAP: return "out starts where x starts but has other strides";
+    case ROPE_E_OVERLAP: return "an output overlaps what the call reads (x at its start with other strides, "
+                                "or the positions, tables, frequencies or descriptors)";
     case ROPE_E_ALIGN: return "a pointer is not aligned to its element type";
     case ROPE_E_SOURCE: return "the position source or its pair-to-component map is invalid";
     default: return "unknown status";

@@ -91,7 +91,8 @@ enum {
     ROPE_E_OVERFLOW = 7,   /* a size or index computation would overflow */
     ROPE_E_ISA = 8,        /* the requested instruction set is not usable */
     ROPE_E_VALUE = 9,      /* a frequency or scale is not finite or out of range */
-    ROPE_E_OVERLAP = 10,   /* out shares x's first element but not its strides */
+    ROPE_E_OVERLAP = 10,   /* out shares x's first element but not its strides, or an
+                            * output meets memory the call reads while it writes */
     ROPE_E_ALIGN = 11,     /* a pointer is not aligned to its element type */
     ROPE_E_SOURCE = 12     /* the position source or its component map is invalid */
 };
@@ -150,7 +151,9 @@ ROPE_API int rope_set_isa(int isa);
  * with the product positions[p] * inv_freq[i] taken exactly, and the result
  * correctly rounded to float32 at any |position| <= ROPE_MAX_POSITION
  * (docs/ACCURACY.md); |inv_freq[i]| <= ROPE_MAX_INV_FREQ and
- * ROPE_MIN_SCALE <= |scale| <= ROPE_MAX_SCALE. */
+ * ROPE_MIN_SCALE <= |scale| <= ROPE_MAX_SCALE. cos_out and sin_out share no
+ * byte with each other, positions or inv_freq (else ROPE_E_OVERLAP, nothing
+ * written). */
 ROPE_API int rope_cos_sin_f32(const int64_t *positions, int64_t n_pos,
                               const double *inv_freq, int64_t n_freq, double scale,
                               float *cos_out, float *sin_out);
@@ -161,7 +164,8 @@ ROPE_API int rope_cos_sin_range_f32(int64_t start, int64_t n_pos,
                                     float *cos_out, float *sin_out);
 
 /* float64 tables [n_pos, n_freq] for float64 data: the same exact angles,
- * each entry within about 1.5 ulp of float64 (scalar code). */
+ * each entry within about 1.5 ulp of float64 (scalar code); the same rules
+ * for the arguments and their overlaps. */
 ROPE_API int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
                               const double *inv_freq, int64_t n_freq, double scale,
                               double *cos_out, double *sin_out);
@@ -243,7 +247,17 @@ typedef struct {
 
 /* Rotate n_tensors tensors (e.g. q and k) at the same positions in one pass:
  * each token's cos/sin row is made or read once and applied to the heads of
- * every tensor. */
+ * every tensor.
+ *
+ * Aliasing. op, *angles and the pair_component map are read once, before
+ * anything is written, so they may lie anywhere. What the call reads while
+ * it writes -- the positions, the table rows (or inv_freq) and the tensors
+ * array -- must share no byte with the span of any out (from its lowest to
+ * its highest element, gaps included): else ROPE_E_OVERLAP, nothing
+ * written. Each position is read again where it is used, into a local that
+ * is checked before it indexes a row: one that another thread changed
+ * during the call is never used; its token is left as it was and the call
+ * returns ROPE_E_POSITION. */
 ROPE_API int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
                          const rope_angles *angles);
 

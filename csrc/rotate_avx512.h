@@ -89,8 +89,10 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
  *  - interleaved, heads of at most L/2 pairs with 2 x_sh < L (the same as
  *    the first). */
 #define ROPE_AVX512_SH_TO_AVX2(half, x_sh, L)                                        \
-    (((half) < (L) && 2 * (x_sh) < (half) + (L)) || ((half) > 8 * (L) && (half) % (L)))
-#define ROPE_AVX512_IL_TO_AVX2(half, x_sh, L) (2 * (half) <= (L) && 2 * (x_sh) < (L))
+    (((half) < (L) && (x_sh) < ((half) + (L) + 1) / 2) || ((half) > 8 * (L) && (half) % (L)))
+#define ROPE_AVX512_IL_TO_AVX2(half, x_sh, L) (2 * (half) <= (L) && (x_sh) < ((L) + 1) / 2)
+/* (2 x_sh < S as x_sh < (S + 1) / 2: a call of one head may give any head
+ * stride, INT64_MIN too, which doubled would overflow.) */
 
 /* Pairs per interleaved chunk whose permuted cos/sin sit on the stack (the
  * deinterleaving kernel, heads longer than the registers hold). */

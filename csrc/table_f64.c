@@ -106,6 +106,9 @@ int rope_cos_sin_f64(const int64_t *positions, int64_t n_pos,
         return ROPE_E_NULL;
     if (!rope_aligned(positions, 8) || !rope_aligned(cos_out, 8) || !rope_aligned(sin_out, 8))
         return ROPE_E_ALIGN;
+    st = rope_check_table_apart(positions, n_pos, inv_freq, n_freq, cos_out, sin_out, sizeof(double));
+    if (st != ROPE_OK)
+        return st;
     for (int64_t p = 0; p < n_pos; p++)
         if (!rope_position_ok(positions[p]))
             return ROPE_E_POSITION;

@@ -38,6 +38,7 @@ POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,
 
 POSITION_MISS = lib.ROPE_E_POSITION  # a position outside the rows given: nothing written
 MISALIGNED = lib.ROPE_E_ALIGN        # a pointer not aligned to its element: nothing written
+OVERLAP = lib.ROPE_E_OVERLAP         # an output meets what C reads (the positions): nothing written
 
 # Which exception each C status raises (ValueError for the rest).
 _STATUS_EXCEPTIONS = {lib.ROPE_E_DTYPE: TypeError, lib.ROPE_E_OVERFLOW: OverflowError}

@@ -266,6 +266,18 @@ def resolve_overlaps(items):
     return sources
 
 
+def positions_apart(positions, results):
+    """``positions`` as C may read them while it writes ``results``: a copy
+    when one of those shares their bounds, so the rotation is as if nothing
+    overlapped (C reads a position again as it uses it, and refuses
+    positions within an output's span, gaps included: the bounds numpy
+    compares here)."""
+    for result in results:
+        if np.may_share_memory(positions, result):
+            return positions.copy()
+    return positions
+
+
 # ---- positions ---------------------------------------------------------------------
 
 def _broadcasts_to(shape, target):
@@ -344,6 +356,8 @@ class Plan:
         then write back what was rotated in a temporary. Returns the outputs."""
         strides = (0, 0, 0) if positions is None else position_strides(positions)
         sources, results = zip(*self.buffers)
+        if positions is not None:
+            positions = positions_apart(positions, results)
         status = self.call.run(sources, results, template, positions, offset, strides, sections)
         _kernel.raise_for_status(status, where)
         if self.write_back:

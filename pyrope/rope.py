@@ -643,15 +643,17 @@ class _Job:
 # What depends on the pointers is checked per call: outputs must not share a
 # byte's bounds with another array (else the general path decides: copies or
 # a refusal), written arrays must be writeable (their buffers are exported
-# writable), and C checks alignment and every position before writing. A
-# miss anywhere returns None and the general, fully checked path runs (and
+# writable), and C checks alignment, every position, and that no output
+# meets the positions (which the general path then copies) before writing.
+# A miss anywhere returns None and the general, fully checked path runs (and
 # grows the cache).
 
 _ndarray = np.ndarray
 _may_share = np.may_share_memory
 _UNPLANNED = _plan.UNPLANNED
 _FRESH = _plan.FRESH
-_FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED)  # C wrote nothing: the general path copes
+# C wrote nothing: the general path copes (rows, an aligned copy, a copy of the positions)
+_FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED, _kernel.OVERLAP)
 _GENERAL = object()  # an output the direct path does not take
 
 
@@ -696,8 +698,8 @@ def _launch(rope, call, sources, results, positions, offset, where):
     """Run a direct ``call`` of any number of tensors with the rope's cached
     rows: True when done, False when the general path must run (rows not
     cached, positions in another form, a read-only output, a misaligned
-    pointer, a position outside the rows: nothing was written). Other C
-    refusals raise, naming ``where``."""
+    pointer, a position outside the rows, positions within an output's
+    bounds: nothing was written). Other C refusals raise, naming ``where``."""
     tables = rope._tables64 if call.wide else rope._tables
     if tables is None or (window := tables.window) is None:
         return False
@@ -746,7 +748,8 @@ class PreparedRotation:
     positions) and runs the kernel with the rows the Rope keeps: no plan, no
     memo lookup. Anything else takes ``apply``'s general path, with the same
     bits: positions outside the kept rows (which grows them) or in another
-    form, arrays that overlap, a pointer not aligned to its element, a
+    form, arrays that overlap (positions sharing memory with an output
+    among them: read from a copy), a pointer not aligned to its element, a
     read-only output (which raises there). Safe to share between threads.
     """
 

@@ -492,6 +492,31 @@ def test_resolve_overlaps_in_place_is_not_copied():
     assert src is not x and not np.shares_memory(src, B) and np.array_equal(src, x)
 
 
+def _byte_span(a):
+    """[first byte, last byte + 1) of the elements of ``a``, by brute force."""
+    ends = [at(a, idx) for idx in np.ndindex(*a.shape)]
+    return min(ends), max(ends) + a.itemsize
+
+
+def test_positions_apart_copies_positions_within_an_output_span(rng):
+    """Positions C reads while it writes are copied exactly when they meet an
+    output's span of bytes, gaps included (what C refuses), else passed on."""
+    B = rng.standard_normal((2, 3, 6, 8)).astype(np.float32)
+    flat = B.reshape(-1)
+    outs = [B[:, :, :2], B[:, :, ::3], B[1:, 1:, 4:]]
+    for start in range(0, flat.size - 8, 6):
+        pos = flat[start:start + 8].view(np.int64).reshape(2, 2)
+        for out in outs:
+            lo, hi = _byte_span(out)
+            plo, phi = _byte_span(pos)
+            got = _plan.positions_apart(pos, [np.zeros(3), out])
+            if plo < hi and lo < phi:
+                assert got is not pos and not np.shares_memory(got, B) and np.array_equal(got, pos)
+                assert got.flags.c_contiguous and got.dtype == np.int64
+            else:
+                assert got is pos
+
+
 # ---- positions ---------------------------------------------------------------------------
 
 def _broadcast_by_hand(pos, batch, n_seq):

@@ -21,7 +21,13 @@
  *   - a sectioned call gives, pair by pair, what the position-list call of
  *     that pair's component gives;
  *   - tables and on-the-fly angles agree, and table rows do not depend on
- *     how the positions are split into runs.
+ *     how the positions are split into runs;
+ *   - with one input laid in the memory of an output or of an out-of-place
+ *     x (positions, the pair map, table rows, frequencies, the tensor array,
+ *     op, the angles; for the tables, positions or frequencies in cos_out or
+ *     sin_out, or the two outputs meeting), a call is refused with
+ *     ROPE_E_OVERLAP and nothing written exactly where pyrope.h says, and
+ *     otherwise gives what it gives with the input in its own buffer.
  * Any violation aborts.
  *
  * Input modes, by the first byte: 0xB1 "big tokens" (fuzz_big), otherwise
@@ -241,6 +247,68 @@ static int scale_ok(double scale)
     return fabs(scale) >= ROPE_MIN_SCALE && fabs(scale) <= ROPE_MAX_SCALE;
 }
 
+/* The table functions with inputs laid in their outputs (alias 1-4:
+ * positions or frequencies in cos_out or sin_out) or outputs that meet
+ * (5: the same array; 6: sin_out a few entries into cos_out), in float32
+ * (list and range) and float64: a call valid with separate buffers must be
+ * refused, every other call must get the same status, nothing written. */
+static void fuzz_tables_alias(unsigned alias, uint64_t where, const int64_t *pos, int64_t np, const double *wf,
+                              int64_t nfr, int64_t n_pos, int64_t n_freq, double scale, int64_t start,
+                              float *c32, float *s32, double *c64, double *s64)
+{
+    const size_t entries = (size_t)(np * nfr);
+    for (int kind = 0; kind < 3; kind++) {   /* list f32, range f32, list f64 */
+        const size_t es = kind == 2 ? 8 : 4;
+        uint8_t *co = kind == 2 ? (uint8_t *)c64 : (uint8_t *)c32, *so = kind == 2 ? (uint8_t *)s64 : (uint8_t *)s32;
+        const size_t out_bytes = entries * es;
+        const int64_t *p_arg = pos;
+        const double *w_arg = wf;
+        uint8_t *so_arg = so;
+        uint8_t *host = alias % 2 ? co : so;
+        size_t size = alias <= 2 ? sizeof(int64_t) * (size_t)np : sizeof(double) * (size_t)nfr;
+        if (kind == 1 && alias <= 2)
+            continue; /* a range has no positions */
+        if (alias <= 4) {
+            if (!size || size > out_bytes)
+                continue;
+            const size_t off = 8 * (size_t)(where % ((out_bytes - size) / 8 + 1));
+            memcpy(host + off, alias <= 2 ? (const void *)pos : (const void *)wf, size);
+            if (alias <= 2)
+                p_arg = (const int64_t *)(const void *)(host + off);
+            else
+                w_arg = (const double *)(const void *)(host + off);
+        } else {
+            so_arg = alias == 5 ? co : co + es * (size_t)(where % 4);
+            if ((size_t)(so_arg - co) >= out_bytes)
+                continue; /* past cos_out: apart, and past its buffer */
+        }
+        /* the status with separate buffers (fresh outputs: nothing here may change) */
+        void *tc = xmalloc(out_bytes), *ts = xmalloc(out_bytes);
+        const int st_ref = kind == 0 ? rope_cos_sin_f32(pos, n_pos, wf, n_freq, scale, tc, ts)
+                         : kind == 1 ? rope_cos_sin_range_f32(start, n_pos, wf, n_freq, scale, tc, ts)
+                                     : rope_cos_sin_f64(pos, n_pos, wf, n_freq, scale, tc, ts);
+        free(tc);
+        free(ts);
+        uint8_t *before_c = xmalloc(out_bytes), *before_s = xmalloc(out_bytes);
+        memcpy(before_c, co, out_bytes);
+        memcpy(before_s, so, out_bytes);
+        const int st = kind == 0 ? rope_cos_sin_f32(p_arg, n_pos, w_arg, n_freq, scale, (float *)(void *)co,
+                                                    (float *)(void *)so_arg)
+                     : kind == 1 ? rope_cos_sin_range_f32(start, n_pos, w_arg, n_freq, scale, (float *)(void *)co,
+                                                          (float *)(void *)so_arg)
+                                 : rope_cos_sin_f64(p_arg, n_pos, w_arg, n_freq, scale, (double *)(void *)co,
+                                                    (double *)(void *)so_arg);
+        check_status(st);
+        const int nonempty = n_pos > 0 && n_freq > 0;
+        if (st_ref == ROPE_OK ? (nonempty ? st != ROPE_E_OVERLAP : st != ROPE_OK) : st == ROPE_OK)
+            abort(); /* refused exactly when the separate call would be accepted */
+        if (st != ROPE_OK && (memcmp(before_c, co, out_bytes) != 0 || memcmp(before_s, so, out_bytes) != 0))
+            abort(); /* nothing written before an error */
+        free(before_c);
+        free(before_s);
+    }
+}
+
 static void fuzz_tables(reader *r)
 {
     int64_t n_pos = take_small(r, -1, 40);
@@ -346,6 +414,13 @@ static void fuzz_tables(reader *r)
     check_status(st64);
     if ((st32 == ROPE_OK) != (st64 == ROPE_OK))
         abort();
+    /* newest fields (0: none): an input laid in an output, or the outputs
+     * meeting; each table function must refuse a call it would otherwise
+     * accept (ROPE_E_OVERLAP), writing nothing */
+    const unsigned alias = (unsigned)(take(r, 1) % 7);
+    const uint64_t where = take(r, 2);
+    if (alias && (fault < 1 || fault > 7))
+        fuzz_tables_alias(alias, where, pos, np, wf, nfr, n_pos, n_freq, scale, start, c[0], s[0], cd, sd);
     rope_set_isa(isa0);
     free(pos); free(wf); free(cd); free(sd);
     for (int k = 0; k < 2; k++) {
@@ -633,6 +708,108 @@ static void check_success(call_data *cd, int layout, const rope_op *op, const ro
     }
 }
 
+/* ---- aliasing ------------------------------------------------------------------ */
+
+/* What an aliased call lays in the memory of a tensor's buffer: one input
+ * the call reads. pyrope.h: op, the angles and the pair map are read once,
+ * before anything is written (so they may lie anywhere); the positions, the
+ * table rows, the frequencies and the tensor array may not meet the span of
+ * an output (ROPE_E_OVERLAP, nothing written). */
+enum { AL_POSITIONS = 1, AL_MAP, AL_COS, AL_SIN, AL_FREQ, AL_TENSORS, AL_OP, AL_ANGLES, AL_KINDS };
+
+typedef struct {
+    const void *bytes;  /* the object as the unaliased call has it */
+    size_t size;        /* its bytes */
+    int64_t first;      /* the element (of esize bytes) its pointer is to, from its start */
+    size_t esize;
+} alias_object;
+
+/* Repeat the call (op, tensors, angles: valid pointers, no fault) with
+ * object `what` laid in tensor ak's out buffer (in_x: its x buffer) at an
+ * 8-byte boundary chosen by `where`, the buffer's initial bytes holding the
+ * object: on scalar and the best instruction set, the call must give what
+ * the same call with the object in its own buffer gives (status, bits), or
+ * ROPE_E_OVERLAP with nothing written where pyrope.h refuses it. */
+static void fuzz_alias(call_data *cd, unsigned what, int in_x, int ak, uint64_t where, const rope_op *op,
+                       const rope_tensor *tensors, int n_tensors, const rope_angles *angles,
+                       const alias_object *obj)
+{
+    tensor *t = &cd->t[ak];
+    const int tabled = angles->cos_table != NULL;
+    if ((what == AL_COS || what == AL_SIN) && !tabled)
+        return; /* (a pointer the call does not have) */
+    const int in_out = !in_x || t->in_place;
+    uint8_t *host = in_out ? t->out : t->x, *image = in_out ? t->out0 : t->x0;
+    const size_t host_bytes = (size_t)(in_out ? t->on : t->xn) * cd->esize;
+    if (!obj->size || obj->size > host_bytes)
+        return;
+    const size_t off = 8 * (size_t)(where % ((host_bytes - obj->size) / 8 + 1));
+    memcpy(image + off, obj->bytes, obj->size);
+    void *placed = host + off;
+    const void *at = (const uint8_t *)placed + obj->first * (int64_t)obj->esize;
+
+    rope_angles aan = *angles;
+    const rope_op *opp = op;
+    const rope_tensor *tp = tensors;
+    const rope_angles *anp = &aan;
+    switch (what) {
+    case AL_POSITIONS: aan.positions = at; break;
+    case AL_MAP: aan.pair_component = at; break;
+    case AL_COS: aan.cos_table = at; break;
+    case AL_SIN: aan.sin_table = at; break;
+    case AL_FREQ: aan.inv_freq = at; break;
+    case AL_TENSORS: tp = at; break;
+    case AL_OP: opp = at; break;
+    default: anp = at; break;   /* AL_ANGLES */
+    }
+    /* Is it in an output the call writes, and read while the call writes? */
+    int64_t heads = 0;
+    for (int k = 0; k < n_tensors; k++)
+        heads += tensors[k].n_heads;
+    const int nonempty = op->n_batch > 0 && op->n_seq > 0 && heads > 0;
+    const int written = in_out && ak < n_tensors && tensors[ak].n_heads > 0;
+    const int read_while_writing =
+        what == AL_POSITIONS ? angles->source == ROPE_POS_LIST || angles->source == ROPE_POS_SECTIONS
+        : what == AL_COS || what == AL_SIN ? tabled
+        : what == AL_FREQ ? !tabled
+        : what == AL_TENSORS;   /* the map, op and angles are read once, first */
+    const int refused = nonempty && written && read_while_writing;
+
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    const int order[2] = {0, n_isas ? isas[n_isas - 1] : 0};
+    const size_t es = cd->esize;
+    for (int i = 0; i < (n_isas ? 2 : 1); i++) {
+        const int st_ref = run(cd, order[i], op, tensors, n_tensors, angles);
+        for (int k = 0; k < cd->n_tensors; k++) {
+            tensor *u = &cd->t[k];
+            memcpy(u->xr, u->x, (size_t)u->xn * es);
+            if (!u->in_place)
+                memcpy(u->outr, u->out, (size_t)u->on * es);
+        }
+        const int st = run(cd, order[i], opp, tp, n_tensors, anp);
+        if (st_ref != ROPE_OK) {
+            if (st != st_ref || !untouched(cd))
+                abort(); /* the same refusal, nothing written */
+            continue;
+        }
+        if (refused) {
+            if (st != ROPE_E_OVERLAP || !untouched(cd))
+                abort(); /* an output meets what the call reads: refused before any write */
+            continue;
+        }
+        if (st != ROPE_OK)
+            abort();
+        for (int k = 0; k < cd->n_tensors; k++) {
+            const tensor *u = &cd->t[k];
+            if (memcmp(u->x, u->xr, (size_t)u->xn * es) != 0 && !u->in_place)
+                abort(); /* x of an out-of-place tensor is never written */
+            if (u->disjoint && !same_values(u->out, u->in_place ? u->xr : u->outr, u->on, cd->dtype, es))
+                abort(); /* as if the object were in a buffer of its own */
+        }
+    }
+}
+
 static const int N_TENSORS_OF[8] = {1, 2, 3, 0, -1, 1, 2, 3};
 
 static void fuzz_rotate(reader *r)
@@ -800,6 +977,10 @@ static void fuzz_rotate(reader *r)
      * refused before any access), out aliasing x with other strides */
     const unsigned fault = (unsigned)(take(r, 1) % 64); /* 1..18: a fault */
     const int fk = (int)(take(r, 1) % (uint64_t)n_setup);
+    /* newest fields (0: none): an input laid in a tensor's memory (fuzz_alias) */
+    const unsigned alias = (unsigned)(take(r, 1) % (2 * AL_KINDS));
+    const int alias_k = (int)(take(r, 1) % (uint64_t)n_setup);
+    const uint64_t alias_where = take(r, 2);
     rope_tensor tensors[MAX_TENSORS];
     for (int k = 0; k < n_setup; k++) {
         tensor *t = &cd.t[k];
@@ -878,6 +1059,28 @@ static void fuzz_rotate(reader *r)
     }
     if (st0 == ROPE_OK && tp && n_tensors > 0)
         check_success(&cd, layout, opp, tp, ap);
+    if (alias % AL_KINDS && (fault == 0 || fault > 18)) {
+        const unsigned what = alias % AL_KINDS;
+        int64_t plo = 0, phi = 0, p_count = 0;   /* the positions buffer, as allocated above */
+        if (source == ROPE_POS_LIST || source == ROPE_POS_SECTIONS) {
+            const int64_t pn[3] = {n[0], n[1], nc_alloc};
+            const int sp = span(pn, ps, 1, &plo, &phi);
+            p_count = sp == SPAN_OVERFLOW ? 1 : phi - plo;
+            if (sp != SPAN_OK)
+                plo = 0;   /* a stand-in of one element: the pointer is to it */
+        }
+        const alias_object objects[AL_KINDS] = {
+            [AL_POSITIONS] = {pbuf, sizeof(int64_t) * (size_t)p_count, -plo, sizeof(int64_t)},
+            [AL_MAP] = {map, source == ROPE_POS_SECTIONS ? (size_t)half : 0, 0, 1},
+            [AL_COS] = {cosb, rsize * (size_t)(rows * half), 0, rsize},
+            [AL_SIN] = {sinb, rsize * (size_t)(rows * half), 0, rsize},
+            [AL_FREQ] = {wb, sizeof(double) * (size_t)half, 0, sizeof(double)},
+            [AL_TENSORS] = {tensors, n_tensors > 0 ? sizeof(rope_tensor) * (size_t)n_tensors : 0, 0, 1},
+            [AL_OP] = {&op, sizeof op, 0, 1},
+            [AL_ANGLES] = {&angles, sizeof angles, 0, 1}};
+        fuzz_alias(&cd, what, alias >= AL_KINDS, alias_k, alias_where, &op, tensors, n_tensors, &angles,
+                   &objects[what]);
+    }
     rope_set_isa(isa0);
 
 free_all:
