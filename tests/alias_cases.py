@@ -70,10 +70,8 @@ def same(got, want, what="result"):
 
 
 def dtypes():
-    out = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)]
-    if pyrope._kernel.BFLOAT16 is not None:
-        out.append(pyrope._kernel.BFLOAT16)
-    return out
+    """Every storage type this process serves (bfloat16 where ml_dtypes is installed)."""
+    return [np.dtype(d) for d in pyrope._kernel.storage_dtypes()]
 
 
 # ---- Rope.apply ----------------------------------------------------------------------
