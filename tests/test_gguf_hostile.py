@@ -5,7 +5,9 @@ the key, tensor or header field); what is accepted reads as gguf's own reader re
 
 The count fields of valid files (written by gguf's writer, tests/gguf_files.py) are
 found with gguf's GGUFReader, independently of pyrope's reader, and overwritten with
-adversarial values; every prefix of a file is read."""
+adversarial values; every prefix of a file is read; the fuzz target's corpus and
+saved regressions are replayed through its own check (tests/fuzz/fuzz_gguf.py)."""
+import glob
 import os
 import pathlib
 import re
@@ -23,6 +25,9 @@ from pyrope import RopeError
 
 gguf = pytest.importorskip("gguf")
 import pyrope.gguf  # noqa: E402 - imported before any allocation is measured
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
+import fuzz_gguf  # noqa: E402
 
 SEEDS = gguf_files.seed_files()
 CALLS = {"Rope.from_gguf": lambda p: pyrope.Rope.from_gguf(p),
@@ -324,3 +329,49 @@ def test_a_tokenizer_s_arrays_are_walked_never_decoded(tmp_path):
     finally:
         tracemalloc.stop()
     assert rope.head_dim == 64 and peak < (1 << 20) < len(data)
+
+
+# ---- the fuzz target's corpus and saved regressions, through its own check --------------------
+
+REPLAYED = sorted(glob.glob(str(ROOT / "tests" / "fuzz" / "gguf_corpus" / "*"))
+                  + glob.glob(str(ROOT / "tests" / "fuzz" / "gguf_regressions" / "*")))
+
+
+def test_the_seed_corpus_is_the_writer_s_output():
+    # tests/fuzz/gguf_corpus holds at least the seeds as gguf_files writes them today
+    on_disk = {pathlib.Path(p).read_bytes() for p in REPLAYED}
+    assert all(data in on_disk for data in SEEDS.values())
+
+
+@pytest.mark.parametrize("name", [pathlib.Path(p).name for p in REPLAYED])
+def test_fuzz_corpus_and_regressions_replay(tmp_path, name):
+    source = next(p for p in REPLAYED if pathlib.Path(p).name == name)
+    data = pathlib.Path(source).read_bytes()
+    tracemalloc.start()
+    try:
+        outcomes = fuzz_gguf.check(data, str(tmp_path / "input.gguf"))
+    finally:
+        tracemalloc.stop()
+    assert len(outcomes) == len(fuzz_gguf.CALLS)
+    if name in {f"{seed}.gguf" for seed in SEEDS}:   # the seeds are read as the writer meant them
+        assert isinstance(outcomes[0], pyrope.Rope) or "differs by layer" in str(outcomes[0]), outcomes[0]
+
+
+def test_fuzz_check_fails_on_what_it_must_catch(tmp_path, monkeypatch):
+    # the target's check is able to fail: a leak of a bare exception, a refusal not naming the file,
+    # an allocation beyond the bound
+    path = str(tmp_path / "input.gguf")
+    tracemalloc.start()
+    try:
+        monkeypatch.setattr(pyrope.Rope, "from_gguf", classmethod(lambda cls, p, **kw: [][1]))
+        with pytest.raises(IndexError):
+            fuzz_gguf.check(b"GGUF", path)
+        monkeypatch.setattr(pyrope.Rope, "from_gguf", classmethod(
+            lambda cls, p, **kw: (_ for _ in ()).throw(pyrope.errors.ValueError("no file named"))))
+        with pytest.raises(AssertionError, match="does not name the file"):
+            fuzz_gguf.check(b"GGUF", path)
+        monkeypatch.setattr(pyrope.Rope, "from_gguf", classmethod(lambda cls, p, **kw: bytearray(8 << 20)))
+        with pytest.raises(AssertionError, match="bytes allocated for a 4-byte file"):
+            fuzz_gguf.check(b"GGUF", path)
+    finally:
+        tracemalloc.stop()
