@@ -70,8 +70,8 @@ import math
 import numbers
 import re
 
-from ._checks import inv_freq_problem, scale_problem
-from .errors import TypeError, ValueError
+from ._checks import MAX_HEAD_DIM, inv_freq_problem, scale_problem
+from .errors import TypeError, ValueError, shown
 from . import scaling as _scaling
 from .scaling import Resolved
 
@@ -150,9 +150,14 @@ def resolved_from_contract(d: dict):
     _check_layout(layout)
     head_dim = _check_window_like("head_dim", d["head_dim"], allow_none=False)
     rotary_dim = _check_window_like("rotary_dim", d["rotary_dim"], allow_none=False)
+    for key, value in (("head_dim", head_dim), ("rotary_dim", rotary_dim)):   # as Rope's
+        if value > MAX_HEAD_DIM:
+            raise ValueError(f"contract: {key!r} must be at most {MAX_HEAD_DIM}, got {value}")
     freqs = d["inv_freq"]
     if not isinstance(freqs, list) or not freqs:
-        raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {freqs!r}")
+        raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {_shown(freqs)}")
+    if 2 * len(freqs) != rotary_dim:   # the count before any entry is read
+        raise ValueError(f"contract: 'rotary_dim' {rotary_dim} must be 2 * len(inv_freq) = {2 * len(freqs)}")
     inv_freq = [_from_hex(f"inv_freq[{i}]", s) for i, s in enumerate(freqs)]
     for i, v in enumerate(inv_freq):
         why = inv_freq_problem(v)
@@ -384,11 +389,7 @@ _MAX_INT = 2**63 - 1  # ints in a contract are int64: every consumer can hold th
 _HEX_FLOAT = re.compile(r"[+-]?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]+|-?inf|nan", re.IGNORECASE)
 
 
-def _shown(value):
-    """``repr(value)``, or the size of an integer too long to print."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    return repr(value)
+_shown = shown   # repr bounded for a message, the size of an integer too long to print
 
 
 def _check_window_like(key, value, *, allow_none=True):

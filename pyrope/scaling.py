@@ -45,7 +45,7 @@ from . import _correctly_rounded
 from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
 from ._dynamic import dynamic_seq_len
 from ._kernel import MAX_INV_FREQ
-from .errors import OverflowError, TypeError, ValueError
+from .errors import OverflowError, TypeError, ValueError, shown
 
 __all__ = [
     "Resolved",
@@ -105,10 +105,23 @@ class Resolved:
         if not isinstance(self.rule, str) or not self.rule:
             raise TypeError(f"Resolved: rule must be a non-empty str, got {self.rule!r}")
         who = f"Resolved (rule {self.rule!r})"
+        # the count and the entries' kinds before the copy: np.array of a 2**40 broadcast view
+        # (or of a list holding one) would allocate terabytes
+        given = self.inv_freq
+        if isinstance(given, np.ndarray):
+            if given.ndim != 1 or given.size == 0:
+                raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got shape {given.shape}")
+            _count("inv_freq", given, who, "vector of real numbers")
+        else:
+            if isinstance(given, (list, tuple)) and not given:
+                raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got {_shown(given)}")
+            _count("inv_freq", given, who, "vector of real numbers")
+            if not all(isinstance(v, numbers.Real) or (isinstance(v, np.ndarray) and v.ndim == 0) for v in given):
+                raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {_shown(given)}")
         try:
             arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
         except (builtins.TypeError, builtins.ValueError, builtins.OverflowError):
-            raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {self.inv_freq!r}") from None
+            raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {_shown(self.inv_freq)}") from None
         if arr.ndim != 1 or arr.size == 0:
             raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
         problem = first_inv_freq_problem(arr)
@@ -168,12 +181,9 @@ def _limit_error(message, key, value, why, index=None):
     return exc
 
 
-def _shown(value):
-    """``repr(value)``, except that an integer too long to print usefully (or at all:
-    Python refuses to convert ints of more than 4300 digits) is described by its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    return repr(value)
+# ``repr(value)`` bounded for a message; an integer too long to print usefully (or at all:
+# Python refuses to convert ints of more than 4300 digits) is described by its size
+_shown = shown
 
 
 def _real(name, value, rule):
@@ -224,10 +234,34 @@ def _optional(check, name, value, rule, **kw):
     return None if value is None else check(name, value, rule, **kw)
 
 
+# One frequency per rotation pair, and a head has at most MAX_HEAD_DIM / 2 pairs: a
+# longer list of factors or frequencies can fit no Rope, and is refused by its count
+# before an element is read or copied.
+MAX_PAIRS = MAX_HEAD_DIM // 2
+
+
+def _count(name, value, rule, what="list of numbers"):
+    """``len(value)`` of a non-empty sequence (not a str, bytes or dict) of at most MAX_PAIRS
+    entries, read without touching an element (a broadcast view of 2**40 is refused at once)."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}")
+    try:
+        n = len(value)
+    except (builtins.TypeError, builtins.OverflowError):   # a 0-d array; a len beyond ssize_t
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}") from None
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise TypeError(f"{rule}: {name!r} must be a 1-D {what}, got an array of shape {value.shape}")
+    if n == 0:
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}")
+    if n > MAX_PAIRS:
+        raise ValueError(f"{rule}: {name!r} must have at most {MAX_PAIRS} entries (one per rotation pair of a "
+                         f"head of at most {MAX_HEAD_DIM}), got {n}")
+    return n
+
+
 def _factor_list(name, value, rule):
-    """A non-empty list of finite positive numbers, as a tuple of floats."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or len(value) == 0:
-        raise TypeError(f"{rule}: {name!r} must be a non-empty list of numbers, got {value!r}")
+    """A non-empty list of finite positive numbers (at most one per rotation pair), as a tuple of floats."""
+    _count(name, value, rule)
     return tuple(_positive_real(f"{name}[{i}]", v, rule) for i, v in enumerate(value))
 
 
