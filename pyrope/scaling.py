@@ -103,8 +103,8 @@ class Resolved:
 
     def __post_init__(self):
         if not isinstance(self.rule, str) or not self.rule:
-            raise TypeError(f"Resolved: rule must be a non-empty str, got {self.rule!r}")
-        who = f"Resolved (rule {self.rule!r})"
+            raise TypeError(f"Resolved: rule must be a non-empty str, got {_shown(self.rule)}")
+        who = f"Resolved (rule {_shown(self.rule)})"
         # the count and the entries' kinds before the copy: np.array of a 2**40 broadcast view
         # (or of a list holding one) would allocate terabytes
         given = self.inv_freq
@@ -186,6 +186,12 @@ def _limit_error(message, key, value, why, index=None):
 _shown = shown
 
 
+def _sorted_keys(keys):
+    """Keys in order for a message: sorted as strings (a dict's keys need not be str, nor
+    comparable with each other, which ``sorted`` refuses); str keys in their usual order."""
+    return sorted(keys, key=lambda k: (not isinstance(k, str), k if isinstance(k, str) else _shown(k)))
+
+
 def _real(name, value, rule):
     """``value`` as a float (an int too large for one becomes inf); bools and non-numbers are a TypeError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -218,11 +224,11 @@ def _positive_int(name, value, rule):
     """``value`` as an int in ``[1, 2**63 - 1]``; bools and floats are refused (no silent
     truncation), an int beyond int64 is an ``OverflowError``."""
     if isinstance(value, bool):
-        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r}")
+        raise TypeError(f"{rule}: {name!r} must be an int, got {_shown(value)}")
     try:
         out = operator.index(value)
     except builtins.TypeError:
-        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r} ({type(value).__name__})") from None
+        raise TypeError(f"{rule}: {name!r} must be an int, got {_shown(value)} ({type(value).__name__})") from None
     if out < 1:
         raise ValueError(f"{rule}: {name!r} must be >= 1, got {_shown(out)}")
     if out > _MAX_INT:
@@ -467,7 +473,7 @@ class Yarn:
         object.__setattr__(self, "attention_factor",
                            _optional(_attention_factor, "attention_factor", self.attention_factor, r))
         if not isinstance(self.truncate, bool):
-            raise TypeError(f"{r}: 'truncate' must be a bool, got {self.truncate!r}")
+            raise TypeError(f"{r}: 'truncate' must be a bool, got {_shown(self.truncate)}")
         if self.beta_fast <= self.beta_slow:
             raise ValueError(
                 f"{r}: 'beta_fast' must be greater than 'beta_slow' (fast pairs turn more), "
@@ -777,23 +783,26 @@ def rule_from_dict(scaling: dict):
     if not isinstance(scaling, dict):
         raise TypeError(f"scaling must be a dict, got {type(scaling).__name__}")
     new, old = scaling.get("rope_type"), scaling.get("type")
+    for key, value in (("rope_type", new), ("type", old)):   # before comparing: an array compares elementwise
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"scaling: {key!r} must be a str, got {_shown(value)}")
     if new is not None and old is not None and new != old:
-        raise ValueError(f"scaling: 'type'={old!r} and 'rope_type'={new!r} name different rules")
+        raise ValueError(f"scaling: 'type'={_shown(old)} and 'rope_type'={_shown(new)} name different rules")
     name = new if new is not None else old
     if name is None:
         name = "default"
     if not isinstance(name, str):
-        raise TypeError(f"scaling: 'rope_type' must be a str, got {name!r}")
+        raise TypeError(f"scaling: 'rope_type' must be a str, got {_shown(name)}")
     if name not in RULES:
-        raise ValueError(f"scaling: unknown 'rope_type' {name!r}; known rules: {', '.join(sorted(RULES))}")
+        raise ValueError(f"scaling: unknown 'rope_type' {_shown(name)}; known rules: {', '.join(sorted(RULES))}")
     cls = RULES[name]
     names = [f.name for f in fields(cls)]
     allowed = set(names) | set(_CONTEXT_KEYS)
     if name == "dynamic" and scaling.get("alpha") is not None:
         allowed |= set(_ALPHA_INERT_KEYS)
-    unknown = sorted(k for k in scaling if k not in allowed)
+    unknown = _sorted_keys(k for k in scaling if k not in allowed)
     if unknown:
-        raise ValueError(f"{name}: unknown key(s) {unknown}; this rule reads {sorted(names)}")
+        raise ValueError(f"{name}: unknown key(s) {_shown(unknown)}; this rule reads {sorted(names)}")
     kwargs = {k: scaling[k] for k in names if scaling.get(k) is not None}
     if name == "proportional" and scaling.get("partial_rotary_factor") is not None:
         kwargs["partial_rotary_factor"] = scaling["partial_rotary_factor"]
@@ -900,7 +909,7 @@ def _check_context(scaling, rule, head_dim, rotary_dim, base):
     name = rule.rope_type
     theta = scaling.get("rope_theta")
     if theta is not None and _positive_real("rope_theta", theta, name) != base:
-        raise ValueError(f"{name}: 'rope_theta'={theta!r} contradicts base={base!r}")
+        raise ValueError(f"{name}: 'rope_theta'={_shown(theta)} contradicts base={base!r}")
     p = scaling.get("partial_rotary_factor")
     if p is not None and name != "proportional":
         p = _positive_real("partial_rotary_factor", p, name)
