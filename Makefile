@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
+.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -105,12 +105,18 @@ sanitize: install-test
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys $(foreach t,$(SAN_SKIP),--ignore=tests/test_$(t).py)
 
-# Coverage-guided fuzzing of the C entry points (libFuzzer, clang) for
-# FUZZ_SECONDS. New coverage is merged into tests/fuzz/corpus; a crashing
-# input is written to tests/fuzz/regressions/, which the test suite replays
-# (tests/test_fuzz_replay.py) once it is committed.
+# Coverage-guided fuzzing, each target for FUZZ_SECONDS: the C entry points
+# (libFuzzer, clang; new coverage merged into tests/fuzz/corpus, a crashing
+# input written to tests/fuzz/regressions/, replayed by tests/test_fuzz_replay.py
+# once committed) and Rope.from_gguf on GGUF files (atheris, the `fuzz` extra;
+# tests/fuzz/gguf_corpus and tests/fuzz/gguf_regressions/, replayed by
+# tests/test_gguf_hostile.py). Each GGUF input has 5 s (-timeout) and the
+# process 2 GiB of RSS; the target caps its address space and each input's
+# allocations itself (tests/fuzz/fuzz_gguf.py).
 FUZZ_SECONDS ?= 120
-fuzz:
+fuzz: fuzz-rope fuzz-gguf
+
+fuzz-rope:
 	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
 	mkdir -p build/fuzz-corpus tests/fuzz/regressions
 	clang -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=fuzzer,address,undefined \
@@ -118,6 +124,16 @@ fuzz:
 	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
 	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus
+
+fuzz-gguf:
+	$(PYTHON) -c "import atheris, gguf" 2>/dev/null || $(PIP) install --quiet -e ".[fuzz]"
+	mkdir -p build/fuzz-gguf-corpus tests/fuzz/gguf_regressions
+	$(PYTHON) tests/fuzz/fuzz_gguf.py -max_total_time=$(FUZZ_SECONDS) -timeout=5 -rss_limit_mb=2048 \
+	  -max_len=4096 -print_final_stats=1 -artifact_prefix=tests/fuzz/gguf_regressions/ \
+	  build/fuzz-gguf-corpus tests/fuzz/gguf_corpus
+	# the merge reruns the target as its own command: python3 is then $(PYTHON)'s
+	PATH="$$(dirname "$$(command -v $(PYTHON))"):$$PATH" tests/fuzz/fuzz_gguf.py -merge=1 \
+	  tests/fuzz/gguf_corpus build/fuzz-gguf-corpus
 
 # ThreadSanitizer on the C core's threading: tests/c/threads_race.c runs
 # concurrent rotations (each on the library's thread pool), fused q/k calls

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
 from ._tensors import as_array, is_foreign
-from .errors import OverflowError, TypeError, ValueError
+from .errors import OverflowError, TypeError, ValueError, shown
 
 LAYOUT_NAMES = ("interleaved", "split_half")
 
@@ -64,17 +64,17 @@ def as_bool(name, value):
         return value
     if isinstance(value, np.bool_):
         return bool(value)
-    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {shown(value)}")
 
 
 def as_int(name, value):
     """``value`` as a Python int; bools and non-integral numbers are a TypeError."""
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got a bool ({value!r})")
+        raise TypeError(f"{name} must be an integer, got a bool ({shown(value)})")
     try:
         return operator.index(value)
     except builtins.TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {shown(value)}") from None
 
 
 # Largest head_dim (and rotary_dim): a Rope's cached rows stay within their
@@ -88,30 +88,30 @@ def as_even_dim(name, value):
     """A positive even integer (head_dim, rotary_dim) up to ``MAX_HEAD_DIM``."""
     value = as_int(name, value)
     if value <= 0 or value % 2:
-        raise ValueError(f"{name} must be a positive even integer, got {value}")
+        raise ValueError(f"{name} must be a positive even integer, got {shown(value)}")
     if value > MAX_HEAD_DIM:
-        raise ValueError(f"{name} must be at most {MAX_HEAD_DIM}, got {value}")
+        raise ValueError(f"{name} must be at most {MAX_HEAD_DIM}, got {shown(value)}")
     return value
 
 
 def as_base(value):
     """The RoPE base: a finite real number greater than 1."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"base must be a real number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"base must be a real number, got {type(value).__name__} {shown(value)}")
     value = float(value)
     if not math.isfinite(value) or value <= 1.0:
-        raise ValueError(f"base must be finite and greater than 1, got {value!r}")
+        raise ValueError(f"base must be finite and greater than 1, got {shown(value)}")
     return value
 
 
 def as_layout(value):
     """One of the two pair layouts, by name."""
     if not isinstance(value, str):
-        raise TypeError(f"layout must be a string, one of {LAYOUT_NAMES}, got {value!r}")
+        raise TypeError(f"layout must be a string, one of {LAYOUT_NAMES}, got {shown(value)}")
     if value not in LAYOUT_NAMES:
         raise ValueError(
             f"layout must be 'split_half' (HF, GPT-NeoX: pairs (i, i + d/2)) or "
-            f"'interleaved' (GPT-J, Meta: pairs (2i, 2i+1)), got {value!r}")
+            f"'interleaved' (GPT-J, Meta: pairs (2i, 2i+1)), got {shown(value)}")
     return value
 
 

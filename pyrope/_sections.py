@@ -21,7 +21,7 @@ import builtins
 import numpy as np
 
 from ._checks import as_bool, as_int
-from .errors import TypeError, ValueError
+from .errors import TypeError, ValueError, shown
 
 N_COMPONENTS = (3, 4)
 
@@ -34,20 +34,20 @@ def pair_components(mrope_section, mrope_interleaved, n_pairs):
     the number of pairs."""
     if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__len__"):
         raise TypeError(f"mrope_section must be a sequence of {N_COMPONENTS[0]} or {N_COMPONENTS[1]} integers "
-                        f"(pairs per position component), got {mrope_section!r}")
+                        f"(pairs per position component), got {shown(mrope_section)}")
     try:
         items = list(mrope_section)
     except builtins.TypeError:   # a 0-d array has __len__ but no items
         raise TypeError(f"mrope_section must be a sequence of {N_COMPONENTS[0]} or {N_COMPONENTS[1]} integers "
-                        f"(pairs per position component), got {mrope_section!r}") from None
+                        f"(pairs per position component), got {shown(mrope_section)}") from None
     section = tuple(as_int(f"mrope_section[{i}]", v) for i, v in enumerate(items))
     interleaved = as_bool("mrope_interleaved", mrope_interleaved)
     k = len(section)
     if k not in N_COMPONENTS:
         raise ValueError(f"mrope_section must have 3 or 4 entries (one per position component), got {k}: "
-                         f"{list(section)}")
+                         f"{shown(list(section))}")
     if any(n < 0 for n in section):
-        raise ValueError(f"mrope_section entries must be >= 0, got {list(section)}")
+        raise ValueError(f"mrope_section entries must be >= 0, got {shown(list(section))}")
     if interleaved:
         # transformers' rule, for any counts (it checks none): component c >= 1
         # takes pairs c, c+k, ... below k * section[c]; component 0 the rest
@@ -56,8 +56,8 @@ def pair_components(mrope_section, mrope_interleaved, n_pairs):
             comp[c:k * section[c]:k] = c
     else:
         if sum(section) != n_pairs:
-            raise ValueError(f"mrope_section must count every rotation pair once: sum {sum(section)} != "
-                             f"rotary_dim/2 = {n_pairs}, got {list(section)}")
+            raise ValueError(f"mrope_section must count every rotation pair once: sum {shown(sum(section))} != "
+                             f"rotary_dim/2 = {n_pairs}, got {shown(list(section))}")
         comp = np.repeat(np.arange(k, dtype=np.uint8), section)
     comp.flags.writeable = False
     return section, comp

@@ -20,17 +20,39 @@ independent computation with a stated float32 bound:
 The result is a :class:`SanityReport` whose ``str`` is a readable table;
 ``pyrope check`` prints it.
 """
+import builtins
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import reference
+from ._checks import as_int
 from ._kernel import MAX_POSITION
 from .errors import TypeError, ValueError
 
 EPS32 = 2.0**-23
 DEFAULT_POSITIONS = (0, 1, 7, 4096, 1_000_003, 2**30 + 5)
 DEFAULT_SHIFTS = (1, 1000, 1_000_000, 2**30)
+# The most positions (and shifts) one check takes: each is rotated by the standard-library
+# reference, so the count bounds the work; read lazily, a range(2**40) is refused at once.
+MAX_SAMPLES = 1024
+
+
+def _int_tuple(name, values):
+    """``values`` (any iterable of ints, non-empty, at most MAX_SAMPLES) as a tuple of ints."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of integers, got {type(values).__name__}")
+    try:
+        first = list(itertools.islice(values, MAX_SAMPLES + 1))
+    except builtins.TypeError:   # a 0-d array
+        raise TypeError(f"{name} must be an iterable of integers, got {type(values).__name__}") from None
+    out = tuple(as_int(name, v) for v in first)
+    if len(out) > MAX_SAMPLES:
+        raise ValueError(f"{name}: at most {MAX_SAMPLES} values are checked, got more")
+    if not out:
+        raise ValueError(f"{name} must hold at least one integer")
+    return out
 
 
 @dataclass(frozen=True)
@@ -286,7 +308,8 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
     window = rope._resolved.target_window or rope._resolved.original_window
     if window is not None and window > MAX_POSITION:  # beyond the positions the kernel serves: its edge instead
         window = MAX_POSITION
-    positions = tuple(int(p) for p in positions)
+    positions = _int_tuple("positions", positions)
+    shifts = _int_tuple("shifts", shifts)
     if window:  # up to the target window and beyond it (as far as the kernel's positions go)
         edges = (window - 1, window, 2 * window)
         positions += tuple(p for p in edges if p not in positions and p <= MAX_POSITION)
@@ -296,7 +319,7 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
     steps = [
         lambda: _check_rule(rope, both, positions),
         lambda: _check_norm(rope, both, positions),
-        lambda: _check_relative(rope, q, k, tuple(int(t) for t in shifts)),
+        lambda: _check_relative(rope, q, k, shifts),
         lambda: _check_inverse(rope, both, positions),
         lambda: _check_table(rope, tuple(sorted({max(positions), MAX_POSITION} | ({window} if window else set())))),
     ]

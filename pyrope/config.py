@@ -57,12 +57,14 @@ import pathlib
 import warnings
 
 from ._checks import LAYOUT_NAMES
-from .errors import TypeError, ValueError
+from .errors import TypeError, ValueError, shown
 from ._checks import MAX_HEAD_DIM
 from .scaling import Default, _positive_int, _shown, _yarn_m, resolve, rule_from_dict
+from .scaling import _sorted_keys as _sorted
 
 __all__ = ["load_hf_config", "rope_arguments_from_hf_config", "layout_from_hf_config",
-           "softmax_scale_factor_from_hf_config", "layer_ropes", "rope_layer_types", "DEFAULT_BASE", "LAYOUT_FAMILIES",
+           "softmax_scale_factor_from_hf_config", "layer_ropes", "rope_layer_types", "DEFAULT_BASE", "MAX_LAYERS",
+           "LAYOUT_FAMILIES",
            "SOFTMAX_MSCALE_FAMILIES"]
 
 # transformers' config classes fall back to this when config.json names no
@@ -211,19 +213,26 @@ _REFUSED = {
 }
 _NO_ROPE_FAMILIES = {"kimi_linear"}
 
+# The most hidden layers a config may have: far above any model (the deepest have a
+# few hundred), low enough that the per-layer lists (layer_ropes, layer types) stay
+# in the megabytes whatever number a config states.
+MAX_LAYERS = 65536
+
 
 def load_hf_config(config_or_path) -> dict:
     """Return a model config as a fresh dict.
 
-    ``config_or_path``: a dict (deep-copied), an object with ``to_dict()``
-    (a transformers config), a path to a ``config.json`` file, or a directory
-    holding one.  A missing file, malformed JSON, a key given twice in one
-    object (JSON leaves the meaning open; Python would keep the last), nesting
-    deeper than Python's recursion limit or an integer of more than 4300
-    digits raise ``ValueError`` naming the path (and the key).
+    ``config_or_path``: a dict (deep-copied, at any depth, without recursion;
+    a value that contains itself raises ``ValueError``), an object with
+    ``to_dict()`` (a transformers config; its dict copied the same way), a path
+    to a ``config.json`` file, or a directory holding one.  A missing file,
+    malformed JSON, a key given twice in one object (JSON leaves the meaning
+    open; Python would keep the last), nesting deeper than Python's recursion
+    limit or an integer of more than 4300 digits raise ``ValueError`` naming
+    the path (and the key).
     """
     if isinstance(config_or_path, dict):
-        return copy.deepcopy(config_or_path)
+        return _copy_tree(config_or_path)
     if isinstance(config_or_path, (str, os.PathLike)):
         path = pathlib.Path(config_or_path)
         if path.is_dir():
@@ -236,7 +245,7 @@ def load_hf_config(config_or_path) -> dict:
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"config: cannot read {str(path)!r}: {exc}") from exc
         except _DuplicateKey as exc:
-            raise ValueError(f"config: {str(path)!r} gives the key {exc.key!r} twice in one object; "
+            raise ValueError(f"config: {str(path)!r} gives the key {_shown(exc.key)} twice in one object; "
                              "say which value is meant") from None
         except RecursionError:
             raise ValueError(f"config: {str(path)!r} nests arrays or objects too deeply to read") from None
@@ -252,11 +261,57 @@ def load_hf_config(config_or_path) -> dict:
         data = to_dict()
         if not isinstance(data, dict):
             raise TypeError(f"config: to_dict() returned {type(data).__name__}, not a dict")
-        return copy.deepcopy(data)
+        return _copy_tree(data)
     raise TypeError(
         "config must be a dict, a path to config.json (or its folder), or an object with to_dict(); "
         f"got {type(config_or_path).__name__}"
     )
+
+
+def _copy_tree(root):
+    """A deep copy of the dicts, lists and tuples of a config (other values are shared:
+    pyrope never changes them), made without recursion: ``copy.deepcopy`` recursed
+    per level and raised ``RecursionError`` on a dict 700 levels deep whose text
+    ``json.loads`` reads. Shared sub-objects stay shared, as with deepcopy; a
+    value that contains itself (no JSON text can) is a ``ValueError`` naming where."""
+    containers = (dict, list, tuple)
+    if not isinstance(root, containers):
+        return root
+
+    def items(c):
+        return iter(c.items()) if isinstance(c, dict) else enumerate(c)
+
+    done = {}         # id -> finished copy
+    open_ids = {id(root)}   # the containers on the path from the root
+    top = {} if isinstance(root, dict) else []
+    # frames: [source, its copy (a list for a tuple until finished), its items, key in the parent]
+    stack = [[root, top, items(root), None]]
+    while stack:
+        source, target, it, _ = frame = stack[-1]
+        for key, child in it:
+            if isinstance(child, containers) and id(child) not in done:
+                if id(child) in open_ids:
+                    where = "".join(f"[{f[3]!r}]" for f in stack[1:]) + f"[{key!r}]"
+                    raise ValueError(f"config: the value at {shown(where)} contains itself; a config is a "
+                                     "tree (no config.json can hold a cycle)")
+                open_ids.add(id(child))
+                stack.append([child, {} if isinstance(child, dict) else [], items(child), key])
+                break
+            _place(target, key, done.get(id(child), child) if isinstance(child, containers) else child)
+        else:
+            stack.pop()
+            open_ids.discard(id(source))
+            finished = done[id(source)] = tuple(target) if isinstance(source, tuple) else target
+            if not stack:
+                return finished
+            _place(stack[-1][1], frame[3], finished)
+
+
+def _place(target, key, value):
+    if isinstance(target, dict):
+        target[key] = value
+    else:
+        target.append(value)
 
 
 class _DuplicateKey(Exception):
@@ -333,7 +388,7 @@ def rope_layer_types(config):
     rope serves every layer. Any of them is a ``layer_type=`` of ``Rope.from_hf_config``."""
     _, cfg, family = _view(config)
     params = _normalised(cfg, family).get("rope_parameters")
-    return sorted(params) if isinstance(params, dict) and _is_nested(params) else None
+    return _sorted(params) if isinstance(params, dict) and _is_nested(params) else None
 
 
 def layer_ropes(config, *, layout=None, seq_len=None):
@@ -378,7 +433,7 @@ def layer_ropes(config, *, layout=None, seq_len=None):
     params = cfg.get("rope_parameters")
     nested = isinstance(params, dict) and _is_nested(params)
     if nested and types is None:
-        raise ValueError(f"config: 'rope_parameters' is given per layer type {sorted(params)} "
+        raise ValueError(f"config: 'rope_parameters' is given per layer type {_sorted(params)} "
                          "but the config has no 'layer_types'")
     chosen = _layout(raw, cfg, family, layout)
     built, out = {}, []
@@ -388,7 +443,11 @@ def layer_ropes(config, *, layout=None, seq_len=None):
             out.append(None)
             continue
         overrides = _layer_overrides(cfg, family, i, types)
-        key = (layer_type, json.dumps(overrides, sort_keys=True))
+        try:
+            same = json.dumps(overrides, sort_keys=True)   # layers with equal overrides share one Rope
+        except (builtins.TypeError, builtins.ValueError, RecursionError):   # not JSON: this layer's own
+            same = i
+        key = (layer_type, same)
         if key not in built:
             layer_cfg = {**cfg, **overrides}
             try:
@@ -439,7 +498,7 @@ def _view(config):
 
 def _refuse(family):
     if family in _REFUSED:
-        raise ValueError(f"config: model_type {family!r} is not read: {_REFUSED[family]}")
+        raise ValueError(f"config: model_type {_shown(family)} is not read: {_REFUSED[family]}")
 
 
 def _layout(raw, cfg, family, layout):
@@ -447,15 +506,15 @@ def _layout(raw, cfg, family, layout):
     if layout is not None:
         if not isinstance(layout, str) or layout not in LAYOUT_NAMES:
             raise ValueError(f"layout must be None (read it from the config), 'split_half' or 'interleaved', "
-                             f"got {layout!r}")
+                             f"got {_shown(layout)}")
     if flag is not None:
         if not isinstance(flag, bool):
-            raise ValueError(f"config: 'rope_interleave' must be true or false, got {flag!r}")
+            raise ValueError(f"config: 'rope_interleave' must be true or false, got {_shown(flag)}")
         from_flag = "interleaved" if flag else "split_half"
         if layout is None:
             return from_flag, "rope_interleave"
         if layout != from_flag:
-            raise ValueError(f"layout={layout!r} contradicts the config's 'rope_interleave': "
+            raise ValueError(f"layout={_shown(layout)} contradicts the config's 'rope_interleave': "
                              f"{str(flag).lower()} (which means {from_flag!r})")
         return layout, "argument"
     if layout is not None:
@@ -498,7 +557,7 @@ def _read(cfg, family, seq_len, layer_type, default_base, normalised=False):
     partial = _one_value("partial_rotary_factor", partial, "rotary_pct", cfg.get("rotary_pct"))
     if partial is not None and (isinstance(partial, bool) or not isinstance(partial, numbers.Real)
                                 or not 0 < partial <= 1):
-        raise ValueError(f"config: 'partial_rotary_factor' must be in (0, 1], got {partial!r}")
+        raise ValueError(f"config: 'partial_rotary_factor' must be in (0, 1], got {_shown(partial)}")
 
     sections = _mrope(rope, where, family)
     name = _rule_name(rope, cfg)
@@ -560,7 +619,7 @@ def _normalised(cfg, family):
         return cfg
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and _is_nested(params):
-        params = copy.deepcopy(params)
+        params = _copy_tree(params)
         for layer_type, theta in _GEMMA3_THETA.items():
             if isinstance(params.get(layer_type), dict):
                 params[layer_type].setdefault("rope_theta", theta)
@@ -570,9 +629,9 @@ def _normalised(cfg, family):
         value = cfg.get(key)
         if value is not None:
             if not isinstance(value, dict):
-                raise ValueError(f"config: {key!r} must be an object or null, got {value!r}")
+                raise ValueError(f"config: {key!r} must be an object or null, got {_shown(value)}")
             full.update(value)
-    if "type" in full and full.get("rope_type") == "default":
+    if "type" in full and _is_text(full.get("rope_type"), "default"):
         full["rope_type"] = full.pop("type")
     theta = _one_value("rope_parameters.rope_theta", full.get("rope_theta"), "rope_theta", cfg.get("rope_theta"))
     full["rope_theta"] = _GEMMA3_THETA["full_attention"] if theta is None else theta
@@ -617,7 +676,7 @@ def _head_dim(cfg):
             raise ValueError(f"config: needs 'head_dim', or 'hidden_size' and 'num_attention_heads'; missing {missing}")
         for key, value in (("hidden_size", hidden), ("num_attention_heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"config: {key!r} must be a positive int, got {value!r}")
+                raise ValueError(f"config: {key!r} must be a positive int, got {_shown(value)}")
         head_dim = hidden // heads
         if head_dim > MAX_HEAD_DIM:
             raise ValueError(f"config: the head dimension 'hidden_size' // 'num_attention_heads' must be at most "
@@ -632,9 +691,9 @@ def _rotary_dim(cfg, family, head_dim, partial):
     if "rotary_dim" in cfg or family in _ROTARY_DIM_DEFAULT:  # GPT-J, CodeGen
         given = cfg.get("rotary_dim", _ROTARY_DIM_DEFAULT.get(family))
         if isinstance(given, bool) or not isinstance(given, int) or not 2 <= given <= head_dim or given % 2:
-            raise ValueError(f"config: 'rotary_dim' must be an even int in [2, head_dim={head_dim}], got {given!r}")
+            raise ValueError(f"config: 'rotary_dim' must be an even int in [2, head_dim={head_dim}], got {_shown(given)}")
         if partial is not None and int(head_dim * partial) != given:
-            raise ValueError(f"config: 'partial_rotary_factor' = {partial!r} gives int({head_dim} * {partial}) = "
+            raise ValueError(f"config: 'partial_rotary_factor' = {_shown(partial)} gives int({head_dim} * {partial}) = "
                              f"{int(head_dim * partial)}, contradicting 'rotary_dim' = {given}")
         return given
     if partial is None:
@@ -656,7 +715,7 @@ def _mla_rotary_dim(cfg, rope_slice, partial):
     nope = cfg.get("qk_nope_head_dim")
     full = nope + rope_slice if isinstance(nope, int) and not isinstance(nope, bool) else cfg.get("head_dim")
     if not isinstance(full, int) or isinstance(full, bool) or int(full * partial) != rope_slice:
-        raise ValueError(f"config: 'partial_rotary_factor' = {partial!r} of the {full!r}-wide head does not give "
+        raise ValueError(f"config: 'partial_rotary_factor' = {_shown(partial)} of the {_shown(full)}-wide head does not give "
                          f"'qk_rope_head_dim' = {rope_slice}, the slice the rope rotates")
     return rope_slice
 
@@ -666,23 +725,23 @@ def _rope_dict(cfg, layer_type):
     new, old = cfg.get("rope_parameters"), cfg.get("rope_scaling")
     for key, value in (("rope_parameters", new), ("rope_scaling", old)):
         if value is not None and not isinstance(value, dict):
-            raise ValueError(f"config: {key!r} must be an object or null, got {value!r}")
+            raise ValueError(f"config: {key!r} must be an object or null, got {_shown(value)}")
     if new is not None and _is_nested(new):
         if layer_type is None:
-            raise ValueError(f"config: 'rope_parameters' is given per layer type {sorted(new)}; pass layer_type=")
+            raise ValueError(f"config: 'rope_parameters' is given per layer type {_sorted(new)}; pass layer_type=")
         if layer_type not in new:
-            raise ValueError(f"config: layer_type {layer_type!r} not in 'rope_parameters' {sorted(new)}")
+            raise ValueError(f"config: layer_type {_shown(layer_type)} not in 'rope_parameters' {_sorted(new)}")
         if new[layer_type] is None:
-            raise ValueError(f"config: layer type {layer_type!r} has no rotary embedding (rope_parameters entry null)")
+            raise ValueError(f"config: layer type {_shown(layer_type)} has no rotary embedding (rope_parameters entry null)")
         new = new[layer_type]
     elif layer_type is not None:
-        raise ValueError(f"config: layer_type={layer_type!r} given but 'rope_parameters' is not per layer type")
+        raise ValueError(f"config: layer_type={_shown(layer_type)} given but 'rope_parameters' is not per layer type")
     if new and old:
         # transformers 5 may keep both; accept only when rope_scaling says nothing new
         normal = dict(old)
         if "type" in normal and "rope_type" not in normal:
             normal["rope_type"] = normal.pop("type")
-        clash = sorted(k for k in normal if new.get(k) != normal[k])
+        clash = _sorted(k for k in normal if not _same(new.get(k), normal[k]))
         if clash:
             raise ValueError(f"config: 'rope_scaling' and 'rope_parameters' disagree on {clash}")
     if new:
@@ -699,12 +758,12 @@ def _mrope(rope, where, family):
     checked here are refused rather than guessed."""
     section = rope.pop("mrope_section", None)
     flag = rope.pop("mrope_interleaved", None)
-    legacy = rope.get("type") == "mrope" or rope.get("rope_type") == "mrope"
+    legacy = _is_text(rope.get("type"), "mrope") or _is_text(rope.get("rope_type"), "mrope")
     if legacy:  # transformers reads it as the default rule with sections
         rope.pop("type", None)
         rope.pop("rope_type", None)
     if flag is not None and not isinstance(flag, bool):
-        raise ValueError(f"config: '{where}.mrope_interleaved' must be true or false, got {flag!r}")
+        raise ValueError(f"config: '{where}.mrope_interleaved' must be true or false, got {_shown(flag)}")
     if family in MROPE_FAMILIES:
         default, interleaved = MROPE_FAMILIES[family]
         return (default if section is None else section), interleaved
@@ -713,7 +772,7 @@ def _mrope(rope, where, family):
             raise ValueError(f"config: '{where}.mrope_interleaved' without 'mrope_section'")
         return None
     if family is not None:
-        raise ValueError(f"config: multimodal sections ('{where}.mrope_section') of model_type {family!r} "
+        raise ValueError(f"config: multimodal sections ('{where}.mrope_section') of model_type {_shown(family)} "
                          f"are not read: its transformers code is not one pyrope checked "
                          f"({', '.join(sorted(MROPE_FAMILIES))} are)")
     if section is None:
@@ -726,25 +785,42 @@ def _is_nested(params):
         and all(v is None or isinstance(v, dict) for v in params.values())
 
 
+def _is_text(value, text):
+    """``value == text`` for a config value that may be anything (an array compares elementwise)."""
+    return isinstance(value, str) and value == text
+
+
 def _rule_name(rope, cfg):
     new, old = rope.get("rope_type"), rope.get("type")
+    for key, value in (("rope_type", new), ("type", old)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"config: rope {key!r} must be a str, got {_shown(value)}")
     if new is not None and old is not None and new != old:
-        raise ValueError(f"config: rope 'type'={old!r} and 'rope_type'={new!r} name different rules")
+        raise ValueError(f"config: rope 'type'={_shown(old)} and 'rope_type'={_shown(new)} name different rules")
     name = new if new is not None else old
     if name is None:
         name = "default"
     # transformers' Phi3Config renames Phi-3's early spellings of its LongRoPE
-    if cfg.get("model_type") == "phi3" and name in ("su", "yarn"):
+    if _is_text(cfg.get("model_type"), "phi3") and name in ("su", "yarn"):
         name = "longrope"
         rope.pop("type", None)
         rope["rope_type"] = name
     return name
 
 
+def _same(a, b):
+    """``a == b`` of two config values; values whose comparison fails (a NaN-holding numpy
+    array, a value containing itself) are not the same."""
+    try:
+        return bool(a == b)
+    except Exception:   # noqa: BLE001 - numpy's ambiguous truth value, RecursionError, a hostile __eq__
+        return False
+
+
 def _one_value(first_key, first, second_key, second):
     """A value that may be given in two places; when both are given they must agree."""
-    if first is not None and second is not None and first != second:
-        raise ValueError(f"config: {first_key!r} = {first!r} contradicts {second_key!r} = {second!r}")
+    if first is not None and second is not None and not _same(first, second):
+        raise ValueError(f"config: {first_key!r} = {_shown(first)} contradicts {second_key!r} = {_shown(second)}")
     return first if first is not None else second
 
 
@@ -757,19 +833,47 @@ def _put(rope, where, key, value):
 # --------------------------------------------------------------------------- layers
 
 
-def _num_layers(cfg):
+def _num_layers(cfg, required=True):
+    """The layer count, checked against MAX_LAYERS before any per-layer list is built
+    (None when ``required`` is false and the config gives no count)."""
     n = _int_key(cfg, "num_hidden_layers", "n_layer")
     if n is None and isinstance(cfg.get("layer_types"), list):
         n = len(cfg["layer_types"])
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"config: 'num_hidden_layers' must be a positive int, got {n!r}")
+    if n is None and not required:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_LAYERS:
+        raise ValueError(f"config: 'num_hidden_layers' must be an int in [1, {MAX_LAYERS}], got {_shown(n)}")
     return n
 
 
-def _pattern_types(n, pattern):
+def _pattern(pattern, key="sliding_window_pattern"):
     if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-        raise ValueError(f"config: 'sliding_window_pattern' must be a positive int, got {pattern!r}")
+        raise ValueError(f"config: {key!r} must be a positive int, got {_shown(pattern)}")
+    return pattern
+
+
+def _pattern_types(n, pattern, key="sliding_window_pattern"):
+    pattern = _pattern(pattern, key)
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
+
+
+def _dense_prefix(cfg, n):
+    """Cohere 2 MoE's ``first_k_dense_replace``: the number of dense layers in front, in [0, n]."""
+    first = cfg.get("first_k_dense_replace", 0)
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= n:
+        raise ValueError(f"config: 'first_k_dense_replace' must be an int in [0, num_hidden_layers={n}], "
+                         f"got {_shown(first)}")
+    return first
+
+
+def _strings_per_layer(cfg, key, n):
+    """A list of one string per layer (``layer_types``, ``mlp_layer_types``)."""
+    values = cfg.get(key)
+    if not isinstance(values, list) or not all(isinstance(t, str) for t in values):
+        raise ValueError(f"config: {key!r} must be a list of strings, got {_shown(values)}")
+    if len(values) != n:
+        raise ValueError(f"config: {key!r} has {len(values)} entries for {n} hidden layers")
+    return values
 
 
 def _layer_types(cfg, family, n):
@@ -783,18 +887,18 @@ def _layer_types(cfg, family, n):
         elif family == "cohere2":
             types = _pattern_types(n, cfg.get("sliding_window_pattern", 4))
         elif family == "cohere2_moe":
-            first = cfg.get("first_k_dense_replace", 0)
-            types = (_pattern_types(first, cfg.get("prefix_dense_sliding_window_pattern", 1))
+            first = _dense_prefix(cfg, n)
+            types = (_pattern_types(first, cfg.get("prefix_dense_sliding_window_pattern", 1),
+                                    "prefix_dense_sliding_window_pattern")
                      + _pattern_types(n - first, cfg.get("sliding_window_pattern", 4)))
         else:
             return None
-    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
-        raise ValueError(f"config: 'layer_types' must be a list of strings, got {types!r}")
-    if len(types) != n:
-        raise ValueError(f"config: 'layer_types' has {len(types)} entries for {n} hidden layers")
-    types = list(types)
+        types = {"layer_types": types}
+    else:
+        types = cfg
+    types = list(_strings_per_layer(types, "layer_types", n))
     if family == "gemma4_text" and types[-1] != "full_attention":
-        warnings.warn(f"config: Gemma 4's last layer must use full attention, got {types[-1]!r}; "
+        warnings.warn(f"config: Gemma 4's last layer must use full attention, got {_shown(types[-1])}; "
                       "taking it as full attention, as transformers does", stacklevel=3)
         types[-1] = "full_attention"
     return types
@@ -807,21 +911,26 @@ def _rope_flags(cfg, family, n, types):
         interval = cfg.get("no_rope_layer_interval", 4)
         if flags is None or (family == "llama4_text" and flags == []):
             if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-                raise ValueError(f"config: 'no_rope_layer_interval' must be a positive int, got {interval!r}")
+                raise ValueError(f"config: 'no_rope_layer_interval' must be a positive int, got {_shown(interval)}")
             return [(i + 1) % interval != 0 for i in range(n)]
         if not isinstance(flags, list) or len(flags) < n:
             raise ValueError(f"config: 'no_rope_layers' must list 1 (rope) or 0 (no rope) for each of the {n} "
-                             f"hidden layers, got {flags!r}")
+                             f"hidden layers, got {_shown(flags)}")
         for i, flag in enumerate(flags[:n]):
-            if flag not in (0, 1):  # True/False compare equal to 1/0
-                raise ValueError(f"config: 'no_rope_layers[{i}]' must be 1 (rope) or 0 (no rope), got {flag!r}")
+            if not isinstance(flag, numbers.Real) or flag not in (0, 1):  # True/False compare equal to 1/0
+                raise ValueError(f"config: 'no_rope_layers[{i}]' must be 1 (rope) or 0 (no rope), got {_shown(flag)}")
         return [bool(flag) for flag in flags[:n]]
     if family in ("cohere2", "cohere2_moe"):
         window = cfg.get("sliding_window", 4096)
         flags = [t == "sliding_attention" and window is not None for t in types]
-        if family == "cohere2_moe" and cfg.get("prefix_dense_sliding_window_pattern", 1) == 1:
-            first = cfg.get("first_k_dense_replace", 0)
-            mlp = cfg.get("mlp_layer_types") or ["dense" if i < first else "sparse" for i in range(n)]
+        prefix = cfg.get("prefix_dense_sliding_window_pattern", 1)
+        if family == "cohere2_moe" and _pattern(prefix, "prefix_dense_sliding_window_pattern") == 1:
+            mlp = cfg.get("mlp_layer_types")
+            if mlp is None or (isinstance(mlp, list) and not mlp):   # absent or empty: as Cohere2MoeConfig derives it
+                first = _dense_prefix(cfg, n)
+                mlp = ["dense" if i < first else "sparse" for i in range(n)]
+            else:
+                mlp = _strings_per_layer(cfg, "mlp_layer_types", n)
             flags = [f or mlp[i] == "dense" for i, f in enumerate(flags)]
         return flags
     return [True] * n
@@ -832,10 +941,10 @@ def _layer_overrides(cfg, family, i, types):
     per_layer = cfg.get("per_layer_config")
     if per_layer is not None:
         if not isinstance(per_layer, dict):
-            raise ValueError(f"config: 'per_layer_config' must be an object, got {per_layer!r}")
+            raise ValueError(f"config: 'per_layer_config' must be an object, got {_shown(per_layer)}")
         found = per_layer.get(str(i), per_layer.get(i))
         if found is not None and not isinstance(found, dict):
-            raise ValueError(f"config: 'per_layer_config[{i}]' must be an object, got {found!r}")
+            raise ValueError(f"config: 'per_layer_config[{i}]' must be an object, got {_shown(found)}")
         return dict(found or {})
     if family == "gemma4_text" and types is not None and types[i] == "full_attention":
         return {"head_dim": cfg.get("global_head_dim", _GEMMA4_GLOBAL_HEAD_DIM)}
@@ -846,10 +955,7 @@ def _type_overrides(cfg, family, layer_type):
     """What the layers of ``layer_type`` override (the first such layer's; Gemma 4's are all alike)."""
     if cfg.get("per_layer_config") is None and family != "gemma4_text":
         return {}
-    try:
-        n = _num_layers(cfg)
-    except ValueError:
-        n = None
+    n = _num_layers(cfg, required=False)   # a count the config gives is checked: it sizes the lists
     types = _layer_types(cfg, family, n) if n is not None else None
     if types is None or layer_type not in types:
         if family == "gemma4_text" and layer_type == "full_attention":

@@ -70,8 +70,8 @@ import math
 import numbers
 import re
 
-from ._checks import inv_freq_problem, scale_problem
-from .errors import TypeError, ValueError
+from ._checks import MAX_HEAD_DIM, inv_freq_problem, scale_problem
+from .errors import TypeError, ValueError, shown
 from . import scaling as _scaling
 from .scaling import Resolved
 
@@ -138,21 +138,26 @@ def resolved_from_contract(d: dict):
         raise TypeError(f"contract must be a dict, got {type(d).__name__}")
     config_facts_from_contract(d)
     d = {k: v for k, v in d.items() if k not in _FACT_KEYS}
-    if d.get("format") != FORMAT:
-        raise ValueError(f"contract: 'format' must be {FORMAT!r}, got {d.get('format')!r}")
+    if not isinstance(d.get("format"), str) or d.get("format") != FORMAT:
+        raise ValueError(f"contract: 'format' must be {FORMAT!r}, got {_shown(d.get('format'))}")
     missing = [k for k in _KEYS if k not in d]
-    unknown = sorted(k for k in d if k not in _KEYS and k not in _SECTION_KEYS)
+    unknown = _scaling._sorted_keys(k for k in d if k not in _KEYS and k not in _SECTION_KEYS)
     if missing:
         raise ValueError(f"contract: missing key(s) {missing}")
     if unknown:
-        raise ValueError(f"contract: unknown key(s) {unknown}")
+        raise ValueError(f"contract: unknown key(s) {_shown(unknown)}")
     layout = d["layout"]
     _check_layout(layout)
     head_dim = _check_window_like("head_dim", d["head_dim"], allow_none=False)
     rotary_dim = _check_window_like("rotary_dim", d["rotary_dim"], allow_none=False)
+    for key, value in (("head_dim", head_dim), ("rotary_dim", rotary_dim)):   # as Rope's
+        if value > MAX_HEAD_DIM:
+            raise ValueError(f"contract: {key!r} must be at most {MAX_HEAD_DIM}, got {value}")
     freqs = d["inv_freq"]
     if not isinstance(freqs, list) or not freqs:
-        raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {freqs!r}")
+        raise ValueError(f"contract: 'inv_freq' must be a non-empty list of hex strings, got {_shown(freqs)}")
+    if 2 * len(freqs) != rotary_dim:   # the count before any entry is read
+        raise ValueError(f"contract: 'rotary_dim' {rotary_dim} must be 2 * len(inv_freq) = {2 * len(freqs)}")
     inv_freq = [_from_hex(f"inv_freq[{i}]", s) for i, s in enumerate(freqs)]
     for i, v in enumerate(inv_freq):
         why = inv_freq_problem(v)
@@ -168,10 +173,10 @@ def resolved_from_contract(d: dict):
         raise ValueError(f"contract: 'attention_factor' = {d['attention_factor']!r} ({attention!r}) {why}")
     rule = d["rule"]
     if not isinstance(rule, str) or not rule:
-        raise ValueError(f"contract: 'rule' must be a non-empty str, got {rule!r}")
+        raise ValueError(f"contract: 'rule' must be a non-empty str, got {_shown(rule)}")
     params = d["params"]
     if not isinstance(params, dict):
-        raise ValueError(f"contract: 'params' must be an object, got {params!r}")
+        raise ValueError(f"contract: 'params' must be an object, got {_shown(params)}")
     _check_json_params(params, "params")
     resolved = Resolved(
         inv_freq=inv_freq,
@@ -194,10 +199,10 @@ def sections_from_contract(d: dict):
         return None, False
     section = d["mrope_section"]
     if not isinstance(section, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in section):
-        raise ValueError(f"contract: 'mrope_section' must be a list of integers, got {section!r}")
+        raise ValueError(f"contract: 'mrope_section' must be a list of integers, got {_shown(section)}")
     interleaved = d.get("mrope_interleaved", False)
     if not isinstance(interleaved, bool):
-        raise ValueError(f"contract: 'mrope_interleaved' must be true or false, got {interleaved!r}")
+        raise ValueError(f"contract: 'mrope_interleaved' must be true or false, got {_shown(interleaved)}")
     return list(section), interleaved
 
 
@@ -273,12 +278,12 @@ def upgrade(contract: dict) -> dict:
         rule = _rule_of(old, contract)
         new = _scaling.resolve(rule, head_dim=head_dim, rotary_dim=old.rotary_dim, base=old.params["base"])
     except (builtins.KeyError, builtins.TypeError, builtins.ValueError) as exc:
-        raise ValueError(f"contract: its 'rule' {old.rule!r} and 'params' do not rebuild a rule: {exc}") from None
+        raise ValueError(f"contract: its 'rule' {_shown(old.rule)} and 'params' do not rebuild a rule: {exc}") from None
     _close("inv_freq", old.inv_freq.tolist(), new.inv_freq.tolist())
     _close("attention_factor", [old.attention_factor], [new.attention_factor])
     if softmax != 1.0:  # DeepSeek's yarn: mscale(factor, mscale_all_dim) squared, its log now correctly rounded
         if old.rule != "yarn" or not old.params.get("mscale_all_dim"):
-            raise ValueError(f"contract: 'softmax_scale_factor' {softmax!r} without a yarn rule's mscale_all_dim")
+            raise ValueError(f"contract: 'softmax_scale_factor' {_shown(softmax)} without a yarn rule's mscale_all_dim")
         softmax_new = _scaling._yarn_m(new.params["factor"], float(old.params["mscale_all_dim"])) ** 2
         _close("softmax_scale_factor", [softmax], [softmax_new])
         softmax = softmax_new
@@ -322,7 +327,7 @@ def _rule_of(resolved, contract):
         return S.Proportional(p["factor"], p["partial_rotary_factor"])
     if name == "freq_factors":
         return S.FreqFactors(p["factors"], given)
-    raise builtins.ValueError(f"no rule is named {name!r}")
+    raise builtins.ValueError(f"no rule is named {_shown(name)}")
 
 
 def _close(key, old, new):
@@ -331,7 +336,7 @@ def _close(key, old, new):
     for i, (a, b) in enumerate(zip(old, new)):
         if not abs(a - b) <= UPGRADE_TOLERANCE * abs(b):
             where = f"{key}[{i}]" if len(old) > 1 else key
-            raise ValueError(f"contract: {where!r} = {a!r} is not what its rule gives ({b!r}), "
+            raise ValueError(f"contract: {where!r} = {_shown(a)} is not what its rule gives ({_shown(b)}), "
                              f"even within {UPGRADE_TOLERANCE!r} relative")
 
 
@@ -340,7 +345,8 @@ def _close_params(path, old, new):
         return _close(path, [old], [new])
     if isinstance(old, dict) and isinstance(new, dict):
         if old.keys() != new.keys():
-            raise ValueError(f"contract: {path!r} has keys {sorted(old)}, its rule gives {sorted(new)}")
+            raise ValueError(f"contract: {path!r} has keys {_shown(_scaling._sorted_keys(old))}, its rule gives "
+                             f"{_shown(_scaling._sorted_keys(new))}")
         for k in old:
             _close_params(f"{path}.{k}", old[k], new[k])
         return None
@@ -349,7 +355,7 @@ def _close_params(path, old, new):
             _close_params(f"{path}[{i}]", a, b)
         return None
     if old != new:
-        raise ValueError(f"contract: {path!r} = {old!r}, its rule gives {new!r}")
+        raise ValueError(f"contract: {path!r} = {_shown(old)}, its rule gives {_shown(new)}")
     return None
 
 
@@ -358,19 +364,19 @@ def _close_params(path, old, new):
 
 def _check_softmax_factor(value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"contract: 'softmax_scale_factor' must be a finite number > 0, got {value!r}")
+        raise ValueError(f"contract: 'softmax_scale_factor' must be a finite number > 0, got {_shown(value)}")
     return float(value)
 
 
 def _check_layout_source(value):
-    if value not in LAYOUT_SOURCES:
+    if not isinstance(value, str) or value not in LAYOUT_SOURCES:
         raise ValueError(f"contract: 'layout_source' must be one of {', '.join(map(repr, LAYOUT_SOURCES))}, "
-                         f"got {value!r}")
+                         f"got {_shown(value)}")
 
 
 def _check_layout(layout):
     if not isinstance(layout, str) or not layout:
-        raise ValueError(f"contract: 'layout' must be a non-empty str, got {layout!r}")
+        raise ValueError(f"contract: 'layout' must be a non-empty str, got {_shown(layout)}")
 
 
 _MAX_INT = 2**63 - 1  # ints in a contract are int64: every consumer can hold them
@@ -384,11 +390,7 @@ _MAX_INT = 2**63 - 1  # ints in a contract are int64: every consumer can hold th
 _HEX_FLOAT = re.compile(r"[+-]?0x[0-9a-f]+(\.[0-9a-f]*)?p[+-]?[0-9]+|-?inf|nan", re.IGNORECASE)
 
 
-def _shown(value):
-    """``repr(value)``, or the size of an integer too long to print."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    return repr(value)
+_shown = shown   # repr bounded for a message, the size of an integer too long to print
 
 
 def _check_window_like(key, value, *, allow_none=True):
@@ -414,31 +416,42 @@ def _from_hex(key, text):
     return value  # its range is checked against the kernel's limits by the caller
 
 
-def _check_json_params(value, path):
-    """params may hold only JSON values: str, bool, int, finite float, None, lists and str-keyed dicts."""
-    if value is None or isinstance(value, (str, bool)):
-        return
-    if isinstance(value, int):
-        if not -_MAX_INT - 1 <= value <= _MAX_INT:
-            raise ValueError(f"contract: {path} must be an int64, got {_shown(value)}")
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"contract: {path} must be finite, got {value!r}")
-        return
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            _check_json_params(item, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                raise ValueError(f"contract: {path} keys must be str, got {k!r}")
-            _check_json_params(item, f"{path}.{k}")
-        return
-    if isinstance(value, numbers.Real):
-        raise ValueError(f"contract: {path} must be a plain int or float, got {type(value).__name__}")
-    raise ValueError(f"contract: {path} is not a JSON value: {value!r}")
+# How deep a contract's params may nest: a rule's params are a dict of numbers and
+# lists, two levels; the bound keeps the copies and walks over them (which recurse)
+# far from the recursion limit, and ends a walk around a cycle.
+MAX_PARAMS_DEPTH = 32
+
+
+def _check_json_params(root, root_path):
+    """params may hold only JSON values: str, bool, int, finite float, None, lists and str-keyed
+    dicts, nested at most MAX_PARAMS_DEPTH deep (walked without recursion)."""
+    stack = [(root, root_path, 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if value is None or isinstance(value, (str, bool)):
+            continue
+        if isinstance(value, int):
+            if not -_MAX_INT - 1 <= value <= _MAX_INT:
+                raise ValueError(f"contract: {path} must be an int64, got {_shown(value)}")
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError(f"contract: {path} must be finite, got {value!r}")
+            continue
+        if isinstance(value, (list, dict)) and depth >= MAX_PARAMS_DEPTH:
+            raise ValueError(f"contract: {path} nests deeper than {MAX_PARAMS_DEPTH} levels")
+        if isinstance(value, list):   # pushed last first: entries are checked in order
+            stack.extend((value[i], f"{path}[{i}]", depth + 1) for i in reversed(range(len(value))))
+            continue
+        if isinstance(value, dict):
+            for k in value:
+                if not isinstance(k, str):
+                    raise ValueError(f"contract: {path} keys must be str, got {_shown(k)}")
+            stack.extend((value[k], f"{path}.{k}", depth + 1) for k in reversed(list(value)))
+            continue
+        if isinstance(value, numbers.Real):
+            raise ValueError(f"contract: {path} must be a plain int or float, got {type(value).__name__}")
+        raise ValueError(f"contract: {path} is not a JSON value: {_shown(value)}")
 
 
 def _hex_floats(value):

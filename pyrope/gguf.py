@@ -3,8 +3,12 @@
 ``rope_arguments_from_gguf(path)`` reads the metadata llama.cpp keeps about a
 model's rotary embedding and returns ``head_dim``, ``rotary_dim``, ``base``,
 ``scaling`` and ``layout``, ready for ``Rope(**args)``; ``Rope.from_gguf`` is
-the one-call form.  The file is parsed with the ``gguf`` package (the format's
-own reader, maintained with llama.cpp), an optional extra: ``pip install gguf``
+the one-call form.  The file is read by ``pyrope._gguf_file``, a reader of the
+GGUF v2/v3 layout that checks every count and length in the file against the
+bytes left in it before reading on (a hostile file costs work and memory
+bounded by its real size; ``gguf.GGUFReader`` trusts the counts), with the
+format's constants (ggml type names and block sizes) from the ``gguf`` package,
+an optional extra: ``pip install gguf``
 (or, in a pyrope checkout, ``pip install '.[gguf]'``).  Importing this module
 does not import it.
 
@@ -52,12 +56,12 @@ import math
 import numbers
 import os
 
-import numpy as np
-
-from .errors import ImportError, TypeError, ValueError, install_hint
+from ._checks import MAX_HEAD_DIM
+from ._gguf_file import GGUFFile
+from .errors import ImportError, RopeError, TypeError, ValueError, install_hint, shown
 from .scaling import FreqFactors, Linear, LongRope, Resolved, Yarn, _positive_int, resolve
 
-__all__ = ["rope_arguments_from_gguf", "ROPE_TYPES", "LAYOUTS", "EXTRA"]
+__all__ = ["rope_arguments_from_gguf", "rope_from_gguf", "ROPE_TYPES", "LAYOUTS", "EXTRA"]
 
 EXTRA = "gguf"
 
@@ -134,31 +138,36 @@ def _import_gguf():
 
 
 class _Meta:
-    """The file's key/value metadata and tensors, with checked accessors naming the key."""
+    """The file's key/value metadata and tensors, with checked accessors naming the key.
+
+    Read with the bounded reader of ``_gguf_file`` (every count checked against the
+    file's size first); values are decoded on first use and kept. ``close()`` (or
+    ``with``) releases the file."""
 
     def __init__(self, gguf, path):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"gguf: path must be a str or os.PathLike, got {type(path).__name__}")
         self.path = os.fspath(path)
+        if not isinstance(self.path, str):
+            raise TypeError(f"gguf: path must be a str or os.PathLike of str, got {self.path!r:.80}")
         if not os.path.isfile(self.path):
             raise ValueError(f"gguf: no such file {self.path!r}")
-        try:
-            reader = gguf.GGUFReader(self.path, "r")
-        except Exception as exc:  # the reader raises ValueError, struct.error, IndexError ... on bad files
-            raise ValueError(f"gguf: {self.path!r} is not a readable GGUF file: {exc}") from exc
-        self.values = {}
-        self.is_array = {}
-        for name, field in reader.fields.items():
-            if name.startswith("GGUF."):
-                continue
-            self.values[name] = field.contents()
-            self.is_array[name] = len(field.types) > 0 and field.types[0] == gguf.GGUFValueType.ARRAY
-        self.tensors = {t.name: t for t in reader.tensors}
-        self.float_types = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
-                            gguf.GGMLQuantizationType.F64}
+        self.file = GGUFFile(self.path, gguf)
+        self.values = _Values(self.file)
+        self.is_array = {key: self.file.is_array(key) for key in self.file.fields}
+        self.tensors = self.file.tensors
+
+    def close(self):
+        self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def _bad(self, key, what, value):
-        return ValueError(f"gguf: {key!r} must be {what}, got {value!r} (in {self.path!r})")
+        return ValueError(f"gguf: {key!r} must be {what}, got {shown(value)} (in {self.path!r})")
 
     def int(self, key, default=None, *, minimum=1):
         value = self.values.get(key)
@@ -207,14 +216,34 @@ class _Meta:
         tensor = self.tensors.get(name)
         if tensor is None:
             return None
-        if tensor.tensor_type not in self.float_types:
-            raise ValueError(f"gguf: tensor {name!r} must be F32, F16 or F64, got {tensor.tensor_type.name} "
+        if tensor.type_name not in ("F32", "F16", "F64"):
+            raise ValueError(f"gguf: tensor {name!r} must be F32, F16 or F64, got {tensor.type_name} "
                              f"(in {self.path!r})")
-        data = np.asarray(tensor.data, dtype=np.float64).reshape(-1)
-        if data.size != n_pairs:
+        if tensor.n_elements != n_pairs:   # the count first: nothing of a wrong size is read
             raise ValueError(f"gguf: tensor {name!r} must have rotary_dim/2 = {n_pairs} entries (one per "
-                             f"rotation pair), got {data.size} (in {self.path!r})")
-        return tuple(float(v) for v in data)
+                             f"rotation pair), got {tensor.n_elements} (in {self.path!r})")
+        return tuple(float(v) for v in self.file.floats(name))
+
+
+class _Values:
+    """``key -> value`` of a :class:`GGUFFile`, decoded on first ``get`` (a tokenizer's
+    arrays, never asked for, are never decoded)."""
+
+    def __init__(self, file):
+        self._file, self._done = file, {}
+
+    def __iter__(self):
+        return iter(self._file.fields)
+
+    def __contains__(self, key):
+        return key in self._file.fields
+
+    def get(self, key, default=None):
+        if key not in self._file.fields:
+            return default
+        if key not in self._done:
+            self._done[key] = self._file.value(key)
+        return self._done[key]
 
 
 # --------------------------------------------------------------------------- the reader
@@ -245,7 +274,32 @@ def rope_arguments_from_gguf(path, *, layer=None, seq_len=None, layout=None) -> 
     when the package is missing, ``ValueError`` naming the key for a missing or
     malformed one (also sections that do not fit the rotary dims).
     """
-    meta = _Meta(_import_gguf(), path)
+    gguf = _import_gguf()
+    with _Meta(gguf, path) as meta:
+        try:
+            return _arguments(meta, layer, seq_len, layout)
+        except RopeError as exc:
+            raise _in_file(exc, meta.path) from None
+
+
+def rope_from_gguf(cls, path, **kw):
+    """``Rope.from_gguf``: ``cls`` built from the file's arguments, any refusal naming the file."""
+    args = rope_arguments_from_gguf(path, **kw)
+    try:
+        return cls(**args)
+    except RopeError as exc:   # e.g. sections that do not fit the rotary pairs
+        raise _in_file(exc, os.fspath(path)) from None
+
+
+def _in_file(exc, path):
+    """``exc`` (a RopeError), its message naming ``path`` when it does not yet."""
+    if repr(path) in str(exc):
+        return exc
+    return type(exc)(f"{exc} (in {path!r})")
+
+
+def _arguments(meta, layer, seq_len, layout):
+    """``rope_arguments_from_gguf`` on an open file."""
     arch = meta.str("general.architecture")
     if arch is None:
         raise ValueError(f"gguf: missing key 'general.architecture' (in {meta.path!r})")
@@ -261,18 +315,18 @@ def rope_arguments_from_gguf(path, *, layer=None, seq_len=None, layout=None) -> 
     kind = ROPE_TYPES.get(arch)
     if kind is None:
         if layout is None:
-            raise ValueError(f"gguf: 'general.architecture' = {arch!r} is not in pyrope's table of llama.cpp "
+            raise ValueError(f"gguf: 'general.architecture' = {shown(arch)} is not in pyrope's table of llama.cpp "
                              "architectures (pyrope.gguf.ROPE_TYPES); pass layout= to say how its q/k pairs")
         kind = "mrope" if sections is not None else "given"
     if kind.startswith("mrope|"):
         kind = "mrope" if sections is not None and any(sections[:2]) else kind.split("|")[1]
     if kind == "none":
-        raise ValueError(f"gguf: 'general.architecture' = {arch!r} uses no rotary embedding in llama.cpp")
+        raise ValueError(f"gguf: 'general.architecture' = {shown(arch)} uses no rotary embedding in llama.cpp")
 
     # ---- the layer
     if layer is not None:
         if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
-            raise TypeError(f"gguf: layer must be an int or None, got {layer!r}")
+            raise TypeError(f"gguf: layer must be an int or None, got {shown(layer)}")
         n_layers = meta.int(p + "block_count")
         if n_layers is None:
             raise ValueError(f"gguf: layer={layer} needs the key {p + 'block_count'!r} (in {meta.path!r})")
@@ -295,6 +349,10 @@ def rope_arguments_from_gguf(path, *, layer=None, seq_len=None, layout=None) -> 
         # multi-head latent attention (DeepSeek-V2 family): llama.cpp ropes q_pe/k_pe, a
         # separate n_rot-wide part of each head, so the rope's head is that part
         head_dim = n_rot
+    if head_dim > MAX_HEAD_DIM:   # a count from the file, checked before anything is sized by it
+        raise ValueError(f"gguf: the head size {head_dim} ({p + 'attention.key_length'!r}, or "
+                         f"{p + 'embedding_length'!r} / {p + 'attention.head_count'!r}) must be at most "
+                         f"{MAX_HEAD_DIM} (in {meta.path!r})")
     if n_rot % 2 or n_rot > head_dim:
         raise ValueError(f"gguf: {p + 'rope.dimension_count'!r} = {n_rot} must be even and at most the head "
                          f"size {head_dim} (in {meta.path!r})")
@@ -335,7 +393,7 @@ def _head_dim_from_heads(meta, p, layer):
         if layer is None:
             attention = sorted({c for c in counts if c > 0})
             if len(attention) != 1:
-                raise ValueError(f"gguf: {key!r} differs by layer {counts}: pass layer=")
+                raise ValueError(f"gguf: {key!r} differs by layer {shown(counts)}: pass layer=")
             heads = attention[0]
         else:
             if layer >= len(counts):
@@ -359,7 +417,7 @@ def _is_sliding(meta, p, layer):
     pattern = meta.values.get(key)
     if pattern is not None and meta.is_array[key]:
         if layer >= len(pattern) or not all(isinstance(v, bool) for v in pattern):
-            raise ValueError(f"gguf: {key!r} must be one bool per layer, got {pattern!r}")
+            raise ValueError(f"gguf: {key!r} must be one bool per layer, got {shown(pattern)}")
         return bool(pattern[layer])
     if differs:
         raise ValueError(f"gguf: the file gives sliding-window layers their own rope ({', '.join(swa_keys)}) but "
@@ -373,7 +431,7 @@ def _scaling(meta, p, head_dim, n_rot, base, seq_len):
     key_type = p + "rope.scaling.type"
     kind = meta.str(key_type, "linear")  # llama.cpp's default when the key is absent
     if kind not in _SCALING_TYPES:
-        raise ValueError(f"gguf: {key_type!r} must be one of {', '.join(_SCALING_TYPES)}, got {kind!r}")
+        raise ValueError(f"gguf: {key_type!r} must be one of {', '.join(_SCALING_TYPES)}, got {shown(kind)}")
     factor = meta.positive(p + "rope.scaling.factor")
     if factor is None:
         factor = meta.positive(p + "rope.scale_linear")  # llama.cpp's older name

@@ -8,11 +8,13 @@ Table formats (``r`` = rotary_dim, ``h = r/2``):
   models) or ``repeat_interleave(freqs, 2)`` (interleaved models);
 - vLLM ``cos_sin_cache`` ``[max_pos, r]``: ``cat(cos_half, sin_half)``.
 """
+import builtins
+
 import numpy as np
 
 from . import _kernel, _plan, _tensors
-from ._checks import MAX_POSITION, as_float_array, as_int, positions_array
-from .errors import TypeError, ValueError
+from ._checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
+from .errors import TypeError, ValueError, shown
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
 (_DUMMY_FREQ_PTR,) = _kernel.float_pointers(_DUMMY_FREQ)
@@ -239,8 +241,17 @@ def to_vllm(cos, sin):
 
 def onnx_caches(rope, max_pos):
     """The rope's ``(cos_cache, sin_cache)`` for positions ``0..max_pos-1`` (ONNX format)."""
+    from .rope import Rope   # rope imports this module
+    if not isinstance(rope, Rope):
+        raise TypeError(f"rope must be a pyrope.Rope, got {type(rope).__name__}")
     max_pos = as_int("max_pos", max_pos)
     if not 0 < max_pos <= MAX_POSITION + 1:
         raise ValueError(f"max_pos must be positive and at most {MAX_POSITION + 1} (positions "
-                         f"0..max_pos-1 within ROPE_MAX_POSITION), got {max_pos}")
+                         f"0..max_pos-1 within ROPE_MAX_POSITION), got {shown(max_pos)}")
+    # the caches' size before the positions: np.arange(2**31) alone is 16 GiB
+    half = rope.rotary_dim // 2
+    try:
+        _kernel.empty_tables(max_pos, half, np.float32)   # untouched memory: costs nothing if it exists
+    except (MemoryError, builtins.ValueError):
+        raise too_large("max_pos", (max_pos, half), np.float32, "the cos and sin caches") from None
     return rope.cos_sin(np.arange(max_pos, dtype=np.int64))

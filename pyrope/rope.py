@@ -131,10 +131,11 @@ class Rope:
         it (``interleaved`` for ``llama``: its converter permutes the weights);
         ``layout=`` overrides it. ``layer``: a layer index, for files whose
         sliding-window or per-layer metadata differ by layer; ``seq_len``: as in
-        :meth:`from_hf_config` (LongRoPE). See ``pyrope.gguf``.
+        :meth:`from_hf_config` (LongRoPE). See ``pyrope.gguf``. Every refusal names
+        the file.
         """
-        from .gguf import rope_arguments_from_gguf
-        return cls(**rope_arguments_from_gguf(path, layer=layer, seq_len=seq_len, layout=layout))
+        from .gguf import rope_from_gguf
+        return rope_from_gguf(cls, path, layer=layer, seq_len=seq_len, layout=layout)
 
     @classmethod
     def from_contract(cls, contract):

@@ -45,7 +45,7 @@ from . import _correctly_rounded
 from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
 from ._dynamic import dynamic_seq_len
 from ._kernel import MAX_INV_FREQ
-from .errors import OverflowError, TypeError, ValueError
+from .errors import OverflowError, TypeError, ValueError, shown
 
 __all__ = [
     "Resolved",
@@ -103,12 +103,25 @@ class Resolved:
 
     def __post_init__(self):
         if not isinstance(self.rule, str) or not self.rule:
-            raise TypeError(f"Resolved: rule must be a non-empty str, got {self.rule!r}")
-        who = f"Resolved (rule {self.rule!r})"
+            raise TypeError(f"Resolved: rule must be a non-empty str, got {_shown(self.rule)}")
+        who = f"Resolved (rule {_shown(self.rule)})"
+        # the count and the entries' kinds before the copy: np.array of a 2**40 broadcast view
+        # (or of a list holding one) would allocate terabytes
+        given = self.inv_freq
+        if isinstance(given, np.ndarray):
+            if given.ndim != 1 or given.size == 0:
+                raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got shape {given.shape}")
+            _count("inv_freq", given, who, "vector of real numbers")
+        else:
+            if isinstance(given, (list, tuple)) and not given:
+                raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got {_shown(given)}")
+            _count("inv_freq", given, who, "vector of real numbers")
+            if not all(isinstance(v, numbers.Real) or (isinstance(v, np.ndarray) and v.ndim == 0) for v in given):
+                raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {_shown(given)}")
         try:
             arr = np.array(self.inv_freq, dtype=np.float64, copy=True)
         except (builtins.TypeError, builtins.ValueError, builtins.OverflowError):
-            raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {self.inv_freq!r}") from None
+            raise TypeError(f"{who}: inv_freq must be a vector of real numbers, got {_shown(self.inv_freq)}") from None
         if arr.ndim != 1 or arr.size == 0:
             raise ValueError(f"{who}: inv_freq must be a non-empty 1-D vector, got shape {arr.shape}")
         problem = first_inv_freq_problem(arr)
@@ -168,12 +181,15 @@ def _limit_error(message, key, value, why, index=None):
     return exc
 
 
-def _shown(value):
-    """``repr(value)``, except that an integer too long to print usefully (or at all:
-    Python refuses to convert ints of more than 4300 digits) is described by its size."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
-        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
-    return repr(value)
+# ``repr(value)`` bounded for a message; an integer too long to print usefully (or at all:
+# Python refuses to convert ints of more than 4300 digits) is described by its size
+_shown = shown
+
+
+def _sorted_keys(keys):
+    """Keys in order for a message: sorted as strings (a dict's keys need not be str, nor
+    comparable with each other, which ``sorted`` refuses); str keys in their usual order."""
+    return sorted(keys, key=lambda k: (not isinstance(k, str), k if isinstance(k, str) else _shown(k)))
 
 
 def _real(name, value, rule):
@@ -208,11 +224,11 @@ def _positive_int(name, value, rule):
     """``value`` as an int in ``[1, 2**63 - 1]``; bools and floats are refused (no silent
     truncation), an int beyond int64 is an ``OverflowError``."""
     if isinstance(value, bool):
-        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r}")
+        raise TypeError(f"{rule}: {name!r} must be an int, got {_shown(value)}")
     try:
         out = operator.index(value)
     except builtins.TypeError:
-        raise TypeError(f"{rule}: {name!r} must be an int, got {value!r} ({type(value).__name__})") from None
+        raise TypeError(f"{rule}: {name!r} must be an int, got {_shown(value)} ({type(value).__name__})") from None
     if out < 1:
         raise ValueError(f"{rule}: {name!r} must be >= 1, got {_shown(out)}")
     if out > _MAX_INT:
@@ -224,10 +240,34 @@ def _optional(check, name, value, rule, **kw):
     return None if value is None else check(name, value, rule, **kw)
 
 
+# One frequency per rotation pair, and a head has at most MAX_HEAD_DIM / 2 pairs: a
+# longer list of factors or frequencies can fit no Rope, and is refused by its count
+# before an element is read or copied.
+MAX_PAIRS = MAX_HEAD_DIM // 2
+
+
+def _count(name, value, rule, what="list of numbers"):
+    """``len(value)`` of a non-empty sequence (not a str, bytes or dict) of at most MAX_PAIRS
+    entries, read without touching an element (a broadcast view of 2**40 is refused at once)."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__"):
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}")
+    try:
+        n = len(value)
+    except (builtins.TypeError, builtins.OverflowError):   # a 0-d array; a len beyond ssize_t
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}") from None
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        raise TypeError(f"{rule}: {name!r} must be a 1-D {what}, got an array of shape {value.shape}")
+    if n == 0:
+        raise TypeError(f"{rule}: {name!r} must be a non-empty {what}, got {_shown(value)}")
+    if n > MAX_PAIRS:
+        raise ValueError(f"{rule}: {name!r} must have at most {MAX_PAIRS} entries (one per rotation pair of a "
+                         f"head of at most {MAX_HEAD_DIM}), got {n}")
+    return n
+
+
 def _factor_list(name, value, rule):
-    """A non-empty list of finite positive numbers, as a tuple of floats."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or len(value) == 0:
-        raise TypeError(f"{rule}: {name!r} must be a non-empty list of numbers, got {value!r}")
+    """A non-empty list of finite positive numbers (at most one per rotation pair), as a tuple of floats."""
+    _count(name, value, rule)
     return tuple(_positive_real(f"{name}[{i}]", v, rule) for i, v in enumerate(value))
 
 
@@ -433,7 +473,7 @@ class Yarn:
         object.__setattr__(self, "attention_factor",
                            _optional(_attention_factor, "attention_factor", self.attention_factor, r))
         if not isinstance(self.truncate, bool):
-            raise TypeError(f"{r}: 'truncate' must be a bool, got {self.truncate!r}")
+            raise TypeError(f"{r}: 'truncate' must be a bool, got {_shown(self.truncate)}")
         if self.beta_fast <= self.beta_slow:
             raise ValueError(
                 f"{r}: 'beta_fast' must be greater than 'beta_slow' (fast pairs turn more), "
@@ -743,23 +783,26 @@ def rule_from_dict(scaling: dict):
     if not isinstance(scaling, dict):
         raise TypeError(f"scaling must be a dict, got {type(scaling).__name__}")
     new, old = scaling.get("rope_type"), scaling.get("type")
+    for key, value in (("rope_type", new), ("type", old)):   # before comparing: an array compares elementwise
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"scaling: {key!r} must be a str, got {_shown(value)}")
     if new is not None and old is not None and new != old:
-        raise ValueError(f"scaling: 'type'={old!r} and 'rope_type'={new!r} name different rules")
+        raise ValueError(f"scaling: 'type'={_shown(old)} and 'rope_type'={_shown(new)} name different rules")
     name = new if new is not None else old
     if name is None:
         name = "default"
     if not isinstance(name, str):
-        raise TypeError(f"scaling: 'rope_type' must be a str, got {name!r}")
+        raise TypeError(f"scaling: 'rope_type' must be a str, got {_shown(name)}")
     if name not in RULES:
-        raise ValueError(f"scaling: unknown 'rope_type' {name!r}; known rules: {', '.join(sorted(RULES))}")
+        raise ValueError(f"scaling: unknown 'rope_type' {_shown(name)}; known rules: {', '.join(sorted(RULES))}")
     cls = RULES[name]
     names = [f.name for f in fields(cls)]
     allowed = set(names) | set(_CONTEXT_KEYS)
     if name == "dynamic" and scaling.get("alpha") is not None:
         allowed |= set(_ALPHA_INERT_KEYS)
-    unknown = sorted(k for k in scaling if k not in allowed)
+    unknown = _sorted_keys(k for k in scaling if k not in allowed)
     if unknown:
-        raise ValueError(f"{name}: unknown key(s) {unknown}; this rule reads {sorted(names)}")
+        raise ValueError(f"{name}: unknown key(s) {_shown(unknown)}; this rule reads {sorted(names)}")
     kwargs = {k: scaling[k] for k in names if scaling.get(k) is not None}
     if name == "proportional" and scaling.get("partial_rotary_factor") is not None:
         kwargs["partial_rotary_factor"] = scaling["partial_rotary_factor"]
@@ -866,7 +909,7 @@ def _check_context(scaling, rule, head_dim, rotary_dim, base):
     name = rule.rope_type
     theta = scaling.get("rope_theta")
     if theta is not None and _positive_real("rope_theta", theta, name) != base:
-        raise ValueError(f"{name}: 'rope_theta'={theta!r} contradicts base={base!r}")
+        raise ValueError(f"{name}: 'rope_theta'={_shown(theta)} contradicts base={base!r}")
     p = scaling.get("partial_rotary_factor")
     if p is not None and name != "proportional":
         p = _positive_real("partial_rotary_factor", p, name)

@@ -10,11 +10,12 @@ each target installs from the Makefile, and the extras from pyproject.toml.
 
 What each target runs (:data:`RUN_BY`):
 
-- ``make test`` (and ``make sanitize``, which installs the same): tests/, the
+- ``make test`` (and ``make sanitize``, which installs the same): tests/ but tests/fuzz/, the
   python blocks of the documents tests/test_readme.py runs, and setup.py and
   pyrope/_build.py, which tests/test_build_names.py and ``make sanitize`` run
   with the test environment's Python;
-- ``make bench``: bench/.
+- ``make bench``: bench/;
+- ``make fuzz``: tests/fuzz/ (the fuzz targets' drivers).
 
 Runtime dependencies count for both. The project's own modules (:func:`own_modules`)
 are not third party; neither is the standard library (``sys.stdlib_module_names``)."""
@@ -33,8 +34,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # make target -> [(name, text)]: the sources whose imports its extras must cover
 RUN_BY = {
-    "test": lambda: [*files("tests"), *files("setup.py"), *files("pyrope/_build.py"), *document_blocks()],
+    "test": lambda: [*(f for f in files("tests") if not f[0].startswith("tests/fuzz/")), *files("setup.py"),
+                     *files("pyrope/_build.py"), *document_blocks()],
     "bench": lambda: files("bench"),
+    "fuzz": lambda: files("tests/fuzz"),   # the fuzz targets' drivers (atheris), which `make fuzz` installs
 }
 
 # import names whose distribution has another name, for when the distribution is
@@ -79,7 +82,7 @@ def own_modules():
     """The package, the helpers and test modules tests/ and bench/ import one another by
     (both folders are on sys.path when pytest runs them), and :data:`GENERATED`."""
     names = {"pyrope"} | GENERATED
-    for folder in ("tests", "bench"):
+    for folder in ("tests", "tests/fuzz", "bench"):
         for path in (ROOT / folder).iterdir():
             if path.suffix == ".py" or (path / "__init__.py").exists():
                 names.add(path.stem)
