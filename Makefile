@@ -88,7 +88,7 @@ check-wheel:
 # the fuzz replay, which builds its own sanitized binary. CI stays within its
 # 10 minutes on 2 cores.
 SAN_SKIP = fuzz_replay build_names install readme install_hints declared_imports imports cli cli_hardening config contract \
-  contract_upgrade same_bits \
+  contract_upgrade same_bits untrusted gguf_hostile \
   contract_facts scaling rope_scaling gguf reference dynamic_seq_len check benchmark \
   transformers_conformance family_conformance transformers_patch multimodal_model multimodal_positions
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1

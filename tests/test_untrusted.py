@@ -32,6 +32,10 @@ from pyrope import check as pyrope_check
 from pyrope import cli, config as C
 from pyrope import scaling as S
 
+# A refusal takes well under a second on a quiet machine; timed here with tracemalloc
+# running (which slows Python several times) on a shared one, so the bound is generous:
+# the work is bounded by the memory peak each case also checks, not by this.
+SECONDS = 5.0
 PAIRS = [1.0 + i / 32 for i in range(32)]   # one factor per pair of a 64-wide head
 
 # ---- configs of every family whose reader takes counts; each valid as written ---------------
@@ -225,7 +229,7 @@ def test_every_count_is_checked_before_it_sizes_anything(entry, base, path, tmp_
         if _too_much(outcome, peak):
             problems.append(f"{name}: {peak} bytes")
         if isinstance(outcome, RopeError):
-            if seconds > 1.0:
+            if seconds > SECONDS:
                 problems.append(f"{name}: refused after {seconds:.2f} s")
             if len(str(outcome)) > 1000:
                 problems.append(f"{name}: a message of {len(str(outcome))} characters")
@@ -259,7 +263,7 @@ def test_the_gemma4_full_attention_config_of_the_issue_is_refused_at_once(tmp_pa
                  lambda: _cli(["contract", path, "--layer-type", "full_attention"])):
         outcome, peak, seconds = _bounded(call)
         assert isinstance(outcome, RopeError) and "num_hidden_layers" in str(outcome)
-        assert peak < 1 << 20 and seconds < 1.0
+        assert peak < 1 << 20 and seconds < SECONDS
 
 
 def test_layer_counts_at_the_limit_are_served():
@@ -329,7 +333,7 @@ def test_counts_given_as_arguments_are_checked_first(entry):
         outcome, peak, seconds = _bounded(lambda: COUNTED[entry](value))
         if _too_much(outcome, peak):
             problems.append(f"{name}: {peak} bytes")
-        if isinstance(outcome, RopeError) and seconds > 1.0:
+        if isinstance(outcome, RopeError) and seconds > SECONDS:
             problems.append(f"{name}: refused after {seconds:.2f} s")
     assert not problems, problems
 
