@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import gguf_files
+from bounded_call import measured
 import pyrope
 from pyrope import RopeError
 
@@ -38,17 +39,7 @@ CALLS = {"Rope.from_gguf": lambda p: pyrope.Rope.from_gguf(p),
 def bounded(call, path, size):
     """``call()``: its result or RopeError (which must name ``path``); refusals within a
     second, Python's allocations at most 1 MiB plus 64 bytes per byte of the file."""
-    tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        try:
-            outcome = call()
-        except RopeError as exc:
-            outcome = exc
-        seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    outcome, peak, seconds = measured(call)
     problems = []
     if peak > (1 << 20) + 64 * size:
         problems.append(f"{peak} bytes allocated")

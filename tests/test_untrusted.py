@@ -26,6 +26,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from bounded_call import measured
 import pyrope
 from pyrope import Rope, RopeError
 from pyrope import check as pyrope_check
@@ -199,20 +200,7 @@ def _too_much(outcome, peak):
     return peak > MAX_PEAK and not failed
 
 
-def _bounded(call):
-    """``call()``: its result or RopeError, with the peak of Python's allocations and the seconds."""
-    tracemalloc.start()
-    start = time.perf_counter()
-    try:
-        try:
-            outcome = call()
-        except RopeError as exc:
-            outcome = exc
-        seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    return outcome, peak, seconds
+_bounded = measured  # call() -> (result or RopeError, peak of Python's allocations, seconds)
 
 
 @pytest.mark.parametrize("base, path", COUNT_KEYS, ids=[f"{b}:{'.'.join(p)}" for b, p in COUNT_KEYS])
