@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from . import _locks
 from ._pyrope_cffi import ffi, lib
 from .errors import OverflowError, RopeError, TypeError, ValueError, install_hint
 
@@ -85,7 +86,7 @@ DTYPE_CODES, _LATE_TYPES = _storage_types()   # DTYPE_CODES gains the late ones 
 _ML_DTYPES_NAMES = frozenset(_LATE_TYPES)      # for messages: "bfloat16 (ml_dtypes)"
 ACCEPTED_DTYPES = tuple(DTYPE_CODES)           # the same, in C order; replaced when they join
 ML_DTYPES_HINT = install_hint("ml_dtypes", "bfloat16")
-_late_lock = threading.Lock()
+_late_lock = _locks.Lock()
 
 
 def _add_late_types(module):
@@ -219,9 +220,9 @@ def supported_isas():
 # the most recently entered active block's, or the base when none is active,
 # and it is republished whenever either changes. So blocks may overlap and
 # end in any order, in any threads: the last one to end restores the base.
-_isa_lock = threading.Lock()
+_isa_lock = _locks.Lock()   # a forked child gets it unheld (and its own blocks only)
 _isa_base = None      # the base choice, a name of ISAS (set at import, below)
-_isa_blocks = []      # [(token, name)] of the active forced_isa blocks, oldest first
+_isa_blocks = []      # [(token, name, thread id)] of the active forced_isa blocks, oldest first
 
 
 def _publish():
@@ -278,7 +279,7 @@ def forced_isa(name):
     name = _isa_name(name)
     token = object()
     with _isa_lock:
-        _isa_blocks.append((token, name))
+        _isa_blocks.append((token, name, threading.get_ident()))
         _publish()
     try:
         yield
@@ -286,6 +287,16 @@ def forced_isa(name):
         with _isa_lock:
             _isa_blocks[:] = [b for b in _isa_blocks if b[0] is not token]
             _publish()
+
+
+@_locks.after_fork_in_child
+def _forget_other_threads_blocks():
+    """A forked child has only the forking thread: blocks other threads had
+    entered can never end there, so they end now (the forking thread's stay)."""
+    me = threading.get_ident()
+    _isa_blocks[:] = [b for b in _isa_blocks if b[2] == me]
+    if _isa_base is not None:   # None: forked while this module was being imported
+        _publish()
 
 
 def _isa_from_environment():

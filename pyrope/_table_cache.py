@@ -18,14 +18,15 @@ same whichever window holds it.
 Thread safety: a published window is an immutable tuple whose arrays are
 never written again; growing builds new arrays under a lock and publishes
 them with one attribute store. A caller keeps its window tuple for the whole
-C call, so a concurrent replacement cannot free rows in use.
+C call, so a concurrent replacement cannot free rows in use. A child forked
+while another thread grows the window gets the lock unheld and the last
+published window (``_locks``).
 """
-import threading
 from collections import namedtuple
 
 import numpy as np
 
-from . import _kernel
+from . import _kernel, _locks
 from ._checks import MAX_POSITION
 
 Window = namedtuple("Window", "start stop cos sin angles")
@@ -46,7 +47,7 @@ class TableCache:
         self._inv_freq = inv_freq
         self._scale = scale
         self.dtype = np.dtype(dtype)
-        self._lock = threading.Lock()
+        self._lock = _locks.Lock()   # a forked child gets it unheld
         half = max(int(inv_freq.shape[0]), 1)
         self.max_rows = max(MAX_TABLE_BYTES // (2 * self.dtype.itemsize * half), MIN_ROWS)
         self.window = None  # a Window: replaced, never mutated

@@ -9,8 +9,8 @@ patched model's rotary module produces; every other call runs the original.
 """
 import functools
 import inspect
-import threading
 
+from .. import _locks
 from ._hf_rotary import TAG
 
 NAME = "apply_rotary_pos_emb"
@@ -18,7 +18,7 @@ NAME = "apply_rotary_pos_emb"
 # the signatures of transformers 5 whose semantics the wrappers below reproduce
 KINDS = {("q", "k", "cos", "sin", "unsqueeze_dim"): "qk", ("tensor", "sin", "cos"): "one"}
 
-_LOCK = threading.Lock()
+_LOCK = _locks.Lock()   # a forked child gets it unheld
 _INSTALLED = {}  # modeling module name -> [module, original function, wrapper, patched models]
 
 
