@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _kernel
 from ._tensors import CPU_DEVICES, device_name
-from .errors import TypeError
+from .errors import TypeError, ValueError, raised
 
 _DLPACK_MAJOR = 1
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY
@@ -29,6 +29,10 @@ _CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "
           7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz", 10: "float8_e4m3fn",
           11: "float8_e4m3fnuz", 12: "float8_e5m2", 13: "float8_e5m2fnuz", 14: "float8_e8m0fnu",
           15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"}
+
+
+# DLDataTypeCode -> the bit widths numpy.from_dlpack reads (int, uint, float, complex, bool)
+_NUMPY_TYPES = {0: (8, 16, 32, 64), 1: (8, 16, 32, 64), 2: (16, 32, 64), 5: (64, 128), 6: (8,)}
 
 
 class _Device(ctypes.Structure):
@@ -95,13 +99,17 @@ class _Owner:
             deleter(self._managed)
 
 
-def _capsule(obj):
+def _capsule(name, obj):
     """A capsule of ``obj``'s data, asking for DLPack 1.x without a copy; older
-    producers that take no keywords are asked plainly."""
+    producers that take no keywords are asked plainly. A producer that fails
+    is a ``TypeError`` naming ``name``, not its own exception leaked bare."""
     try:
-        return obj.__dlpack__(max_version=(1, 1), copy=False)
-    except builtins.TypeError:
-        return obj.__dlpack__()
+        try:
+            return obj.__dlpack__(max_version=(1, 1), copy=False)
+        except builtins.TypeError:
+            return obj.__dlpack__()
+    except Exception as exc:
+        raise TypeError(f"{name}.__dlpack__() failed: {raised(exc)}") from exc
 
 
 def import_view(name, obj, numpy_error, accepted):
@@ -109,7 +117,7 @@ def import_view(name, obj, numpy_error, accepted):
     refused (``numpy_error``): a bfloat16 view for a bfloat16 tensor, else a
     ``TypeError`` naming ``name``, what it must have (``accepted``, e.g.
     ``"dtype float32, ..."``) and the DLPack type."""
-    capsule = _capsule(obj)
+    capsule = _capsule(name, obj)
     if _api.PyCapsule_IsValid(capsule, _VERSIONED):
         managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, _VERSIONED), ctypes.POINTER(_ManagedVersioned))
         version = managed.contents.version.major
@@ -129,6 +137,10 @@ def import_view(name, obj, numpy_error, accepted):
         raise TypeError(f"{name} must be in CPU memory, got {device_name(tensor.device.device_type)}")
     dtype = tensor.dtype
     kind = _CODES.get(dtype.code, f"code {dtype.code}")
+    if dtype.lanes == 1 and dtype.bits in _NUMPY_TYPES.get(dtype.code, ()):
+        # a type numpy imports: it refused something else (a view too large to address, say)
+        raise ValueError(f"{name}: numpy cannot view this DLPack array ({kind}{dtype.bits}): "
+                         f"{raised(numpy_error)}")
     if dtype.code != _BFLOAT or dtype.bits != 16 or dtype.lanes != 1:
         lanes = "" if dtype.lanes == 1 else f" x{dtype.lanes} lanes"
         raise TypeError(f"{name} must have {accepted}, got DLPack {kind} {dtype.bits} bits{lanes} "

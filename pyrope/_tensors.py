@@ -36,7 +36,7 @@ import sys
 import numpy as np
 
 from . import _kernel
-from .errors import TypeError, ValueError
+from .errors import TypeError, ValueError, raised
 
 _ndarray = np.ndarray
 SERVED = "float32, float16, bfloat16 or float64"
@@ -134,7 +134,7 @@ def _torch_view(torch, name, t, data):
     if t.dtype in _TORCH_PLAIN:
         try:   # the common case in one step: numpy() itself refuses other devices and layouts,
             return t.numpy()   # tensors that require grad, negative views; the checks below name them
-        except (RuntimeError, builtins.TypeError):
+        except (RuntimeError, builtins.TypeError, builtins.ValueError):
             pass
     if t.layout is not torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
@@ -144,6 +144,10 @@ def _torch_view(torch, name, t, data):
         raise TypeError(f"{name} must have dtype {SERVED}, got {t.dtype}")
     if t.requires_grad:
         t = t.detach()
+    if t.numel() * t.element_size() > _MAX_ARRAY_BYTES:   # numpy's bare "array is too big"
+        raise ValueError(f"{name}: a view of {t.numel()} elements of {t.dtype} (shape {tuple(t.shape)}) is "
+                         f"larger than numpy can address ({_MAX_ARRAY_BYTES} bytes), even when its strides "
+                         f"repeat memory")
     bfloat16 = _bfloat16_for(torch, name) if t.dtype is torch.bfloat16 else None
     try:
         if bfloat16 is not None:
@@ -151,6 +155,9 @@ def _torch_view(torch, name, t, data):
         return t.numpy()
     except (RuntimeError, builtins.TypeError) as exc:  # negative or conjugate views, exotic dtypes
         raise TypeError(f"{name} ({t.dtype}) has no numpy view: {exc}") from None
+
+
+_MAX_ARRAY_BYTES = np.iinfo(np.intp).max   # numpy refuses arrays whose size * itemsize exceeds it
 
 
 def _numpy_import(obj):
@@ -165,8 +172,8 @@ def _dlpack_view(name, obj, data):
     if where is not None:
         try:
             code = int(where()[0])
-        except Exception as exc:
-            raise TypeError(f"{name}.__dlpack_device__() failed: {exc}") from None
+        except Exception as exc:   # a producer's own failure: named, not leaked bare
+            raise TypeError(f"{name}.__dlpack_device__() failed: {raised(exc)}") from exc
         if code not in CPU_DEVICES:
             raise TypeError(f"{name} must be in CPU memory, got an array on {device_name(code)} ({_ELSEWHERE})")
     try:
@@ -179,8 +186,9 @@ def _dlpack_view(name, obj, data):
     return arr
 
 
-def new_like(result, like):
-    """A new ndarray ``result`` as an object of ``like``'s type (see the module notes)."""
+def new_like(result, like, name=None):
+    """A new ndarray ``result`` as an object of ``like``'s type (see the module
+    notes); ``name``: the argument ``like`` is, named if its library fails."""
     torch = torch_of(like)
     if torch is not None:
         if _kernel.is_bfloat16(result.dtype):
@@ -189,7 +197,12 @@ def new_like(result, like):
     namespace = getattr(like, "__array_namespace__", None)
     if namespace is None or _kernel.is_bfloat16(result.dtype):
         return result
-    return namespace().from_dlpack(result)
+    try:
+        return namespace().from_dlpack(result)
+    except Exception as exc:   # the producer's library, not pyrope: named, not leaked bare
+        raise TypeError(f"the result cannot be returned as {name or 'the argument'}'s type "
+                        f"{type(like).__name__}: {name or 'its'}.__array_namespace__().from_dlpack failed: "
+                        f"{raised(exc)}") from exc
 
 
 def torch_dtype_as_numpy(dtype):
@@ -299,7 +312,7 @@ def apply(rope, x, positions, offset, seq_axis, out, inverse, angles):
         if torch_of(out) is not None:  # written as torch's in-place ops write
             sys.modules["torch"].autograd.graph.increment_version((out,))
         return out
-    return new_like(result, x) if foreign else result
+    return new_like(result, x, "x") if foreign else result
 
 
 def apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):
@@ -329,14 +342,14 @@ def apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):
     written = [o for o in outs if torch_of(o) is not None]
     if written:  # written as torch's in-place ops write
         sys.modules["torch"].autograd.graph.increment_version(written)
-    return tuple(o if o is not None else new_like(r, x) if is_foreign(x) else r
-                 for o, r, x in zip(outs, results, (q, k)))
+    return tuple(o if o is not None else new_like(r, x, n) if is_foreign(x) else r
+                 for o, r, x, n in zip(outs, results, (q, k), ("q", "k")))
 
 
 def cos_sin(rope, positions, dtype):
     """:meth:`Rope.cos_sin` at tensor or DLPack ``positions``: tables of their type."""
     cos, sin = rope.cos_sin(as_array("positions", positions, data=False), torch_dtype_as_numpy(dtype))
-    return new_like(cos, positions), new_like(sin, positions)
+    return new_like(cos, positions, "positions"), new_like(sin, positions, "positions")
 
 
 # ---- prepared calls ------------------------------------------------------------------------

@@ -52,6 +52,15 @@ class _Shown(reprlib.Repr):
         return super().repr_int(x, level)
 
 
+def raised(exc):
+    """What another library's exception ``exc`` said, for a message that names
+    the argument it came from: ``"RuntimeError: ..."``, bounded in length."""
+    text = str(exc)
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"{type(exc).__name__}: {text}"
+
+
 def shown(value):
     """``repr(value)`` as an error message shows it: bounded in length and depth (a
     huge, deep or self-containing config value is abbreviated, never recursed into or

@@ -51,8 +51,11 @@ def convert_heads(x, from_layout, to_layout, *, rotary_dim=None):
     given, x = x, _as_array("x", x)
     if x.ndim < 1:
         raise ValueError("x must have a head_dim axis, got a scalar")
-    return restore(_take(x, (Ellipsis, _index(x, permutation(x.shape[-1], from_layout, to_layout, rotary_dim))),
-                         "x"), given)
+    try:
+        index = permutation(x.shape[-1], from_layout, to_layout, rotary_dim)
+    except ValueError as exc:   # head_dim is x's last axis: say so
+        raise ValueError(str(exc).replace("head_dim", "head_dim (x.shape[-1])", 1)) from None
+    return restore(_take(x, (Ellipsis, _index(x, index)), "x"), given)
 
 
 def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=None):
@@ -107,7 +110,11 @@ def _take(a, index, name):
     """``a[index]``, a new array as large as ``a``; one numpy cannot allocate
     (``a`` a broadcast view of terabytes) is a ValueError naming ``name``."""
     if torch_of(a) is not None:
-        return a[index]
+        try:
+            return a[index]
+        except (MemoryError, RuntimeError):   # torch: "Storage size calculation overflowed", ...
+            raise ValueError(f"{name}: the result of shape {tuple(a.shape)} ({a.dtype}) cannot be "
+                             f"allocated") from None
     try:
         return a[index]
     except (MemoryError, builtins.ValueError):

@@ -8,7 +8,7 @@ import builtins
 import numpy as np
 
 from . import _kernel, _plan, _tensors
-from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int,
+from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
                       as_layout, checked_positions, positions_array, too_large)
 from .config import _hf_rope
 from .contract import config_facts_from_contract, with_config_facts
@@ -782,8 +782,9 @@ class PreparedRotation:
         argument."""
         name, out_name = self._names[i], self._out_names[i]
         shape, strides, dtype = self._layouts[i]
-        if type(x) is not _ndarray:
+        if not isinstance(x, _ndarray):
             raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
+        refuse_masked(name, x)
         if x.shape != shape or x.strides != strides or x.dtype != dtype:
             raise ValueError(f"{name} must have the shape, strides and dtype this call was prepared for "
                              f"({shape}, {strides}, {dtype}), got ({x.shape}, {x.strides}, {x.dtype})")
@@ -796,12 +797,20 @@ class PreparedRotation:
             if out is not None:
                 raise ValueError(f"this call was prepared to return a new {name}: pass {out_name}=None")
             return _plan.fresh_result(x)
-        if type(out) is not _ndarray:
+        if not isinstance(out, _ndarray):
             raise TypeError(f"{out_name} must be a numpy.ndarray, got {type(out).__name__}")
+        refuse_masked(out_name, out)
         if out.shape != shape or out.strides != mode or out.dtype != dtype:
             raise ValueError(f"{out_name} must have the shape, strides and dtype this call was prepared for "
                              f"({shape}, {mode}, {dtype}), got ({out.shape}, {out.strides}, {out.dtype})")
         return out
+
+
+def _subclassed(*arrays):
+    """Is one of ``arrays`` (ndarrays or None) an ndarray subclass (memmap, a
+    user's class)? Prepared calls hand those to ``apply``, whose result type
+    rules they keep, instead of checking every subclass's behaviour here."""
+    return any(a is not None and type(a) is not _ndarray for a in arrays)
 
 
 class _PreparedApply(PreparedRotation):
@@ -829,6 +838,9 @@ class _PreparedApply(PreparedRotation):
                 if _tensors.any_foreign(x, out):
                     return _tensors.call_prepared(self, (x,), out, offset, positions)
                 raise
+            if _subclassed(x, out):   # a memmap, say: apply's answer, of apply's type
+                return self._rope.apply(x, positions, offset=offset, seq_axis=self._seq_axis, out=out,
+                                        inverse=self._inverse)
         else:
             result = _plan.fresh_result(x) if mode is _FRESH else out
         rope = self._rope
@@ -865,6 +877,8 @@ class _PreparedApplyQK(PreparedRotation):
                 if _tensors.any_foreign(q, k, out):
                     return _tensors.call_prepared(self, (q, k), out, offset, positions)
                 raise
+            if _subclassed(q, k, q_out, k_out):
+                return self._rope.apply_qk(q, k, positions, offset=offset, seq_axis=self._seq_axis, out=out)
         rope = self._rope
         if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
                 or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
