@@ -178,6 +178,28 @@ class Rope:
         return with_config_facts(contract, softmax_scale_factor=self._softmax_scale_factor,
                                  layout_source=self._layout_source)
 
+    def __reduce__(self):
+        """Pickled (and copied) by contract: what the rope computes, not the module
+        paths and slots that hold it, so a pickle outlives a reorganisation of
+        pyrope's internals. Rows served so far are not kept (they are rebuilt on
+        demand, bit for bit); ``base`` is informational in a contract, so it
+        travels beside it."""
+        return (type(self).from_contract, (self.contract(),), {"base": self._base})
+
+    def __setstate__(self, state):
+        """The state :meth:`__reduce__` gives (``{"base": ...}``), or that of a
+        pickle made by pyrope 0.2.0 or older, which pickled every slot (``(None,
+        {slot: value})``): the rope is built again from what those slots define."""
+        if isinstance(state, dict):
+            self._base = state["base"]
+            return
+        slots = state[1]
+        self.__init__(slots["_head_dim"], layout=slots["_layout"], base=slots["_base"],
+                      rotary_dim=slots["_resolved"].rotary_dim, scaling=slots["_resolved"],
+                      mrope_section=slots["_mrope_section"], mrope_interleaved=slots["_mrope_interleaved"])
+        self._softmax_scale_factor = slots["_softmax_scale_factor"]
+        self._layout_source = slots["_layout_source"]
+
     @property
     def fingerprint(self):
         """SHA-256 hex digest of the contract's canonical form: equal exactly when
