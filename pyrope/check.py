@@ -305,7 +305,7 @@ def sanity(rope, q=None, k=None, *, wq=None, wk=None, hidden=None, num_heads=Non
         raise ValueError(f"weights_layout must be None, 'interleaved' or 'split_half', got {weights_layout!r}")
     if rotate is not None and not callable(rotate):
         raise TypeError(f"rotate must be callable (x, positions) -> rotated, got {type(rotate).__name__}")
-    window = rope._resolved.target_window or rope._resolved.original_window
+    window = rope.resolved.target_window or rope.resolved.original_window
     if window is not None and window > MAX_POSITION:  # beyond the positions the kernel serves: its edge instead
         window = MAX_POSITION
     positions = _int_tuple("positions", positions)

@@ -307,7 +307,7 @@ def cmd_spectrum(args):
             raise UsageError("a config gives dim and base; do not pass --dim or --base with it")
         rope = _rope_from_config(paths[0], args)  # layout: the config's (no effect here)
         plain = Rope(rope.rotary_dim, layout=rope.layout, base=rope.base)
-        resolved = rope._resolved
+        resolved = rope.resolved
         window = args.window or resolved.original_window or _config_window(paths[0])
         if window is None:
             raise UsageError(f"{paths[0]} names no window (max_position_embeddings): pass --window")

@@ -4,13 +4,15 @@ A ``Rope`` is immutable once built: its layout, head_dim, rotary_dim,
 float64 inverse frequencies and attention factor define one position function.
 """
 import builtins
+import copy
+import dataclasses
 
 import numpy as np
 
 from . import _kernel, _plan, _tensors
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
                       as_layout, checked_positions, positions_array, too_large)
-from .config import _hf_rope
+from ._hf_config import hf_rope_arguments
 from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract, sections_from_contract
@@ -119,7 +121,17 @@ class Rope:
         rope of the ``qk_rope_head_dim`` slice, and ``rope.softmax_scale_factor``.
         See ``pyrope.config`` (and ``pyrope.config.layer_ropes`` for every layer).
         """
-        return _hf_rope(cls, config, layout=layout, seq_len=seq_len, layer_type=layer_type)
+        return cls._from_arguments(hf_rope_arguments(config, layout=layout, seq_len=seq_len,
+                                                     layer_type=layer_type))
+
+    @classmethod
+    def _from_arguments(cls, arguments):
+        """The Rope of a config reader's ``RopeArguments``: built from its keyword
+        arguments, with the two facts a Rope records beside them."""
+        rope = cls(**arguments.kwargs)
+        rope._softmax_scale_factor = float(arguments.softmax_scale_factor)
+        rope._layout_source = arguments.layout_source
+        return rope
 
     @classmethod
     def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
@@ -226,6 +238,14 @@ class Rope:
                         doc="float64 [rotary_dim // 2] angular frequencies (read-only).")
     attention_factor = property(lambda self: self._attention_factor,
                                 doc="Factor multiplying cos and sin (1.0 without scaling).")
+    @property
+    def resolved(self):
+        """The resolved frequency rule this rope computes (a :class:`pyrope.scaling.Resolved`:
+        ``inv_freq``, ``attention_factor``, ``rule``, ``params``, the windows), for tools
+        that report or plot it. A copy: changing its ``params`` leaves the rope as it is."""
+        r = self._resolved
+        return dataclasses.replace(r, params=copy.deepcopy(r.params))
+
     mrope_section = property(lambda self: self._mrope_section,
                              doc="Rotation pairs per position component (tuple), or None.")
     mrope_interleaved = property(lambda self: self._mrope_interleaved,

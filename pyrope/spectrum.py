@@ -49,7 +49,7 @@ def curves_for(base_rope, window, scaled=()):
     """
     curves = [Curve("original", base_rope.inv_freq, window, 1.0)]
     for label, rope in scaled:
-        resolved = rope._resolved
+        resolved = rope.resolved
         target = resolved.target_window
         if target is None:
             factor = resolved.params.get("factor")

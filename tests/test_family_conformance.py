@@ -31,7 +31,7 @@ from hf_peer import torch_and_transformers
 
 import hf_families as F
 import pyrope
-from pyrope import config as C
+from pyrope import _hf_config as C
 
 ATOL = 1e-5
 POSITIONS = np.array([0, 1, 2, 5, 13, 31])
@@ -306,7 +306,7 @@ def test_layer_ropes_match_transformers(hf, name):
     config = F.transformers_config(hf[1], family, raw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ropes = C.layer_ropes(F.pyrope_config(F.Family(**{**family.__dict__, "config": raw})))
+        ropes = pyrope.config.layer_ropes(F.pyrope_config(F.Family(**{**family.__dict__, "config": raw})))
     assert len(ropes) == config.num_hidden_layers
     for i, rope in enumerate(ropes):
         theirs = transformers_layer_rope(hf, family, config, i)
