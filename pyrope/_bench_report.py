@@ -18,6 +18,8 @@ from importlib import metadata
 import os
 import platform
 
+from . import _bench_method
+
 FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512fp16")
 ISA_FAMILY = "avx512"   # the target "2x AVX2" is for the AVX-512 kernels
 
@@ -75,7 +77,7 @@ def machine_info():
     return {"cpu": cpu_info(), "cpus": os.cpu_count(), "threads": _kernel.get_num_threads(),
             "extension": extension_info(),
             "isa": _kernel.get_isa(), "supported_isas": _kernel.supported_isas(),
-            "yardstick_isa": _kernel.supported_isas()[-1],   # benchmark.yardstick_isa(), without its import
+            "yardstick_isa": _bench_method.yardstick_isa(),
             "kernel": platform.release(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "load_average": _loadavg()}
@@ -306,24 +308,11 @@ def check_targets(rows, isa):
 
 # ---- JSON ---------------------------------------------------------------------------
 
-METHOD = ("Each round, every contender in a rotated order: idle {idle_ms:g} ms, ~{warm_ms:g} ms of warm-up calls, "
-          "then a timed block of calls (about {timed_ms:g} ms, at most {max_reps} calls, sized in an uncounted "
-          "first round). Ratios are per round, then the median; the yardstick is the better of its 1- and "
-          "N-thread passes in each round.")
-
-
-def method():
-    """How the run measured, as data and as a sentence."""
-    from . import benchmark as b
-    values = {"idle_ms": b.IDLE * 1e3, "warm_ms": b.WARM * 1e3, "timed_ms": b.TIMED * 1e3, "max_reps": b.MAX_REPS}
-    return dict(values, text=METHOD.format(**values))
-
-
 def to_json(rows, machine):
     """The run as one JSON-serialisable dict: machine, method, rows, targets."""
     isa = target_isa(rows, machine)
     targets = [{k: v for k, v in t.items() if k != "line"} for t in check_targets(rows, isa)]
-    return {"format": "pyrope-bench/1", "machine": machine, "method": method(), "target_isa": isa,
+    return {"format": "pyrope-bench/1", "machine": machine, "method": _bench_method.method(), "target_isa": isa,
             "rows": rows, "targets": targets}
 
 

@@ -17,7 +17,7 @@ import ctypes
 import numpy as np
 
 from . import _kernel
-from ._tensors import CPU_DEVICES, device_name
+from ._dlpack_devices import CPU_DEVICES, device_name
 from .errors import TypeError, ValueError, raised
 
 _DLPACK_MAJOR = 1

@@ -36,24 +36,11 @@ import sys
 import numpy as np
 
 from . import _kernel
+from ._dlpack_devices import CPU_DEVICES, ELSEWHERE, device_name
 from .errors import TypeError, ValueError, raised
 
 _ndarray = np.ndarray
 SERVED = "float32, float16, bfloat16 or float64"
-
-# DLDeviceType codes of memory the CPU addresses (those numpy.from_dlpack
-# accepts: CPU, CUDA host (pinned), ROCm host, CUDA managed), and the others' names
-CPU_DEVICES = {1: "CPU", 3: "CUDAHost", 11: "ROCMHost", 13: "CUDAManaged"}
-DEVICES = {2: "CUDA", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI", 10: "ROCM", 12: "ExtDev",
-           14: "OneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
-_ELSEWHERE = "pyrope computes on the CPU and never copies between devices"
-
-
-def device_name(code):
-    """A DLPack device type for messages: ``"DLPack device CUDA (2)"``."""
-    name = DEVICES.get(code) or CPU_DEVICES.get(code)
-    return f"DLPack device {name} ({code})" if name else f"DLPack device type {code}"
-
 
 # ---- recognising them ----------------------------------------------------------------
 
@@ -139,7 +126,7 @@ def _torch_view(torch, name, t, data):
     if t.layout is not torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if not t.is_cpu:
-        raise TypeError(f"{name} must be a CPU tensor, got one on device {t.device} ({_ELSEWHERE})")
+        raise TypeError(f"{name} must be a CPU tensor, got one on device {t.device} ({ELSEWHERE})")
     if data and t.dtype not in _torch_floats(torch) and t.dtype is not torch.bfloat16:
         raise TypeError(f"{name} must have dtype {SERVED}, got {t.dtype}")
     if t.requires_grad:
@@ -175,7 +162,7 @@ def _dlpack_view(name, obj, data):
         except Exception as exc:   # a producer's own failure: named, not leaked bare
             raise TypeError(f"{name}.__dlpack_device__() failed: {raised(exc)}") from exc
         if code not in CPU_DEVICES:
-            raise TypeError(f"{name} must be in CPU memory, got an array on {device_name(code)} ({_ELSEWHERE})")
+            raise TypeError(f"{name} must be in CPU memory, got an array on {device_name(code)} ({ELSEWHERE})")
     try:
         arr = _numpy_import(obj)
     except Exception as exc:  # numpy refuses bfloat16 (and types it lacks): read the capsule
@@ -391,7 +378,7 @@ def call_prepared(prepared, arrays, out, offset, positions):
 
 # ---- any other entry point ------------------------------------------------------------------
 
-def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
+def entry(*, inputs, out=None, positions=(), written=(), adjoint=None, name=None):
     """Decorator: let a public function take torch tensors and DLPack objects.
 
     - ``inputs``: names of its float array arguments; a new array it returns
@@ -406,6 +393,8 @@ def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
       ``a R^T``): tensors that require grad are then differentiated through
       it. None: not differentiable, and a tensor that requires grad (with
       grad enabled) is refused with ``ValueError`` naming it.
+    - ``name``: how messages name the function (default: its module and name),
+      for an implementation behind a public function of another module.
 
     A call whose named arguments hold no tensor or DLPack object runs the
     function untouched (one scan of those arguments)."""
@@ -414,7 +403,7 @@ def entry(*, inputs, out=None, positions=(), written=(), adjoint=None):
 
     def decorate(fn):
         signature = inspect.signature(fn)
-        where = f"{fn.__module__}.{fn.__qualname__}"
+        where = name or f"{fn.__module__}.{fn.__qualname__}"
         params = list(signature.parameters.values())
 
         def slot(name):  # (name, positional index or None, may hold a pair)

@@ -40,7 +40,8 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import _kernel, reference
+from . import _bench_method as timing, _kernel, reference
+from ._bench_method import yardstick_isa
 from .rope import Rope
 
 # the optional peers, imported by _load_peers() when a run times them (torch
@@ -83,11 +84,6 @@ PEERS = ("numpy", "torch", "onnxruntime")
 IN_PLACE, OUT_CACHE = "in place", "out=cache"
 UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
-IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
-WARM = 0.010     # seconds of calls after the idle gap, before timing
-TIMED = 0.001    # a timed block holds about this much work ...
-MAX_REPS = 100   # ... in at most this many calls
-
 # One contender: kind "pyrope", "yardstick" or a peer's name; variant: pyrope's
 # instruction set, or the thread count of the yardstick and the threaded peers.
 Key = namedtuple("Key", "kind variant layout call")
@@ -97,11 +93,6 @@ def default_isas():
     """The instruction sets timed by default: every supported one but scalar
     (scalar where it is the only one)."""
     return [name for name in _kernel.supported_isas() if name != "scalar"] or ["scalar"]
-
-
-def yardstick_isa():
-    """The instruction set the yardstick runs under: the widest this machine has."""
-    return _kernel.supported_isas()[-1]
 
 
 def placed(x0, phase=16):
@@ -351,7 +342,7 @@ class Case:
             with con.context():
                 per_call, warm_per_call = _timed(con)
             if calibrate:
-                con.reps = int(max(1, min(MAX_REPS, round(TIMED / max(warm_per_call, 1e-9)))))
+                con.reps = int(max(1, min(timing.MAX_REPS, round(timing.TIMED / max(warm_per_call, 1e-9)))))
             else:
                 self.times[key].append(per_call)
 
@@ -415,12 +406,12 @@ def _torch_threads(n):
 
 
 def _timed(con):
-    """Idle, warm for WARM seconds, then time ``con.reps`` calls; returns
+    """Idle, warm for ``timing.WARM`` seconds, then time ``con.reps`` calls; returns
     (seconds per timed call, seconds per warm-up call)."""
     call = con.call
-    time.sleep(IDLE)
+    time.sleep(timing.IDLE)
     start = time.perf_counter()
-    end = start + WARM
+    end = start + timing.WARM
     n = 0
     while True:
         call()

@@ -312,7 +312,7 @@ class PartialRotary:
         if convention == "prefix":
             self.rope = Rope(head_dim, layout=layout, base=base, rotary_dim=rotary_dim)
         elif convention == "proportional":
-            self.rope = explicit_rope(head_dim, layout=layout, rule="proportional",
+            self.rope = explicit_rope(Rope, head_dim, layout=layout, rule="proportional",
                                       inv_freq=proportional_inv_freq(head_dim, rotary_dim, base))
         else:
             self.rope = Rope(rotary_dim, layout=layout, base=base)

@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 
-from . import _kernel, _plan, _tensors
+from . import _kernel, _plan, _rekey, _tensors
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
                       as_layout, checked_positions, positions_array, too_large)
 from ._hf_config import hf_rope_arguments
@@ -565,8 +565,7 @@ class Rope:
 
         Fixes this layer's cached keys only: see :func:`pyrope.cache.rerotate`.
         """
-        from .cache import rerotate
-        return rerotate(self, k, from_positions, to_positions, seq_axis=seq_axis)
+        return _rekey.rerotate(Rope, self, k, from_positions, to_positions, seq_axis=seq_axis)
 
     def convert_keys(self, k, positions, to_rope, *, seq_axis=-3, out=None):
         """Re-express keys this rope rotated at ``positions`` under ``to_rope``'s
@@ -575,8 +574,7 @@ class Rope:
         Fixes this layer's keys, not hidden states computed under the old rule:
         see :func:`pyrope.cache.convert_keys`.
         """
-        from .cache import convert_keys
-        return convert_keys(self, k, positions, to_rope, seq_axis=seq_axis, out=out)
+        return _rekey.convert_keys(Rope, self, k, positions, to_rope, seq_axis=seq_axis, out=out)
 
 
 def _out_pair(out):

@@ -18,8 +18,8 @@ def small_case(**kw):
 
 
 def test_every_contender_is_warmed_then_timed_in_a_rotating_order(monkeypatch):
-    monkeypatch.setattr(benchmark, "IDLE", 0.0)
-    monkeypatch.setattr(benchmark, "WARM", 0.002)
+    monkeypatch.setattr(benchmark.timing, "IDLE", 0.0)
+    monkeypatch.setattr(benchmark.timing, "WARM", 0.002)
     case = small_case()
     log = []
     for key, con in case.contenders.items():
@@ -41,13 +41,13 @@ def test_every_contender_is_warmed_then_timed_in_a_rotating_order(monkeypatch):
 
 
 def test_calibration_sizes_the_timed_block(monkeypatch):
-    monkeypatch.setattr(benchmark, "IDLE", 0.0)
-    monkeypatch.setattr(benchmark, "WARM", 0.003)
+    monkeypatch.setattr(benchmark.timing, "IDLE", 0.0)
+    monkeypatch.setattr(benchmark.timing, "WARM", 0.003)
     case = small_case()
     for con in case.contenders.values():
         con.call = lambda: None                    # as fast as a call gets: the block is capped
     case.one_round(calibrate=True)
-    assert all(con.reps == benchmark.MAX_REPS for con in case.contenders.values())
+    assert all(con.reps == benchmark.timing.MAX_REPS for con in case.contenders.values())
     assert all(v == [] for v in case.times.values())   # the calibrating round is not counted
 
 

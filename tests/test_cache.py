@@ -30,7 +30,7 @@ def assert_two_pass_close(got, want, raw, rotary_dim, layout, factor=1.0):
 @pytest.mark.parametrize("layout", ["split_half", "interleaved"])
 @pytest.mark.parametrize("factor", [1.0, 1.25])
 def test_rerotate_matches_direct_rotation_at_target(rng, layout, factor, isa):
-    rope = explicit_rope(16, layout=layout, inv_freq=pyrope.Rope(16, layout=layout, rotary_dim=12).inv_freq,
+    rope = explicit_rope(pyrope.Rope, 16, layout=layout, inv_freq=pyrope.Rope(16, layout=layout, rotary_dim=12).inv_freq,
                          attention_factor=factor)
     raw = rng.standard_normal((9, 2, 16)).astype(np.float32)
     src = np.array([0, 1, 2, 50, 51, 52, 4000, 2**30, 7])
@@ -91,7 +91,7 @@ def test_rerotate_read_only():
 def test_convert_keys_equals_rotation_under_new_rule(rng, layout, mode, isa):
     """Dynamic-NTK-style base growth plus a LongRoPE-style factor change."""
     old = pyrope.Rope(16, layout=layout, base=10000.0, rotary_dim=12)
-    new = explicit_rope(16, layout=layout, attention_factor=1.2,
+    new = explicit_rope(pyrope.Rope, 16, layout=layout, attention_factor=1.2,
                         inv_freq=pyrope.Rope(16, layout=layout, base=80000.0).inv_freq)
     raw = rng.standard_normal((7, 3, 16)).astype(np.float32)
     positions = np.array([0, 1, 5, 300, 4096, 70000, 2**31 - 1])
@@ -113,7 +113,7 @@ def test_convert_keys_equals_rotation_under_new_rule(rng, layout, mode, isa):
 
 
 def test_convert_keys_from_scaled_rule_divides_the_old_factor(rng):
-    old = explicit_rope(8, layout="split_half", inv_freq=[1.0, 0.1], attention_factor=1.5)
+    old = explicit_rope(pyrope.Rope, 8, layout="split_half", inv_freq=[1.0, 0.1], attention_factor=1.5)
     new = pyrope.Rope(8, layout="split_half", rotary_dim=4)
     raw = rng.standard_normal((4, 1, 8)).astype(np.float32)
     positions = np.arange(4) * 1000

@@ -12,7 +12,7 @@ from pyrope.cli import main
 @pytest.mark.parametrize("rope", [
     pyrope.Rope(64, layout="split_half"),
     pyrope.Rope(64, layout="interleaved", rotary_dim=40, base=500000.0),
-    explicit_rope(32, layout="split_half", inv_freq=np.geomspace(1, 1e-4, 16), attention_factor=1.3),
+    explicit_rope(pyrope.Rope, 32, layout="split_half", inv_freq=np.geomspace(1, 1e-4, 16), attention_factor=1.3),
 ], ids=["split_half", "partial", "factor"])
 def test_correct_ropes_pass(rope):
     report = sanity(rope)

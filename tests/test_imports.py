@@ -23,7 +23,7 @@ OPTIONAL = ("ml_dtypes", "matplotlib", "torch", "onnx", "onnxruntime", "transfor
 # what rotating and its numpy-only API need; nothing else may load with `import pyrope`
 CORE = {
     "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._kernel", "pyrope._checks",
-    "pyrope._plan", "pyrope._tensors", "pyrope._sections", "pyrope._table_cache", "pyrope._locks", "pyrope._hf_config", "pyrope._explicit", "pyrope.errors", "pyrope.scaling",
+    "pyrope._plan", "pyrope._tensors", "pyrope._sections", "pyrope._table_cache", "pyrope._locks", "pyrope._hf_config", "pyrope._rekey", "pyrope._dlpack_devices", "pyrope._explicit", "pyrope.errors", "pyrope.scaling",
     "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
     "pyrope.cache", "pyrope.layout", "pyrope._dynamic", "pyrope._correctly_rounded",
 }

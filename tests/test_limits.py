@@ -88,7 +88,7 @@ def test_python_limit_is_the_header_value(c_name):
     assert type(getattr(_kernel, PYTHON_NAMES[c_name])) is type(value)
 
 
-@pytest.mark.parametrize("module", ["_checks", "_table_cache", "cache", "positions", "rope", "check",
+@pytest.mark.parametrize("module", ["_checks", "_table_cache", "_rekey", "positions", "rope", "check",
                                     "onnx_interop"])
 def test_modules_use_the_kernel_position_limit(module):
     mod = __import__(f"pyrope.{module}", fromlist=["MAX_POSITION"])
@@ -191,9 +191,9 @@ CASES = [
     ("contract layout", lambda: pyrope.Rope.from_contract(_contract(layout="neox")), ValueError,
      r"^contract: 'layout': layout must be"),
     ("convert_keys factor ratio",
-     lambda: cache.convert_keys(explicit_rope(8, layout="split_half", inv_freq=[1.0] * 4, attention_factor=MIN_SCALE),
+     lambda: cache.convert_keys(explicit_rope(pyrope.Rope, 8, layout="split_half", inv_freq=[1.0] * 4, attention_factor=MIN_SCALE),
                                 np.ones((3, 2, 8), np.float32), [0, 1, 2],
-                                explicit_rope(8, layout="split_half", inv_freq=[1.0] * 4, attention_factor=MAX_SCALE)),
+                                explicit_rope(pyrope.Rope, 8, layout="split_half", inv_freq=[1.0] * 4, attention_factor=MAX_SCALE)),
      ValueError, r"^to_rope\.attention_factor / rope\.attention_factor = .* = 1\.8446744073709552e\+19 "
      r"\(the factor the conversion applies\) " + SCALE + "$"),
     ("rerotate names k", lambda: cache.rerotate(pyrope.Rope(8, layout="split_half"), [[[0.0] * 8]], [0], [1]),

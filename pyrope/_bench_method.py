@@ -1,0 +1,26 @@
+"""How ``pyrope bench`` measures: the timing of a round and the yardstick's
+instruction set, one definition read by the timing (:mod:`pyrope.benchmark`)
+and by the report that states it (``pyrope._bench_report``), which therefore
+never imports the benchmark."""
+
+IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
+WARM = 0.010     # seconds of calls after the idle gap, before timing
+TIMED = 0.001    # a timed block holds about this much work ...
+MAX_REPS = 100   # ... in at most this many calls
+
+METHOD = ("Each round, every contender in a rotated order: idle {idle_ms:g} ms, ~{warm_ms:g} ms of warm-up calls, "
+          "then a timed block of calls (about {timed_ms:g} ms, at most {max_reps} calls, sized in an uncounted "
+          "first round). Ratios are per round, then the median; the yardstick is the better of its 1- and "
+          "N-thread passes in each round.")
+
+
+def method():
+    """How the run measured, as data and as a sentence (the values in effect now)."""
+    values = {"idle_ms": IDLE * 1e3, "warm_ms": WARM * 1e3, "timed_ms": TIMED * 1e3, "max_reps": MAX_REPS}
+    return dict(values, text=METHOD.format(**values))
+
+
+def yardstick_isa():
+    """The instruction set the yardstick runs under: the widest this machine has."""
+    from . import _kernel   # the report reads saved runs without the extension loaded
+    return _kernel.supported_isas()[-1]

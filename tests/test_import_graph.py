@@ -1,0 +1,114 @@
+"""The package's imports, deferred ones (inside functions) included, read from
+the source: no module may reach itself through them (an import circle lives
+only as long as one of its edges stays deferred), and the core that ``import
+pyrope`` loads imports no tool module, not even inside a function."""
+import ast
+import pathlib
+
+import pyrope
+
+PACKAGE = pathlib.Path(pyrope.__file__).parent
+# gguf loads on first use (it needs the gguf package) but is a reader, as config is:
+# Rope.from_gguf calls it
+TOOLS = {"pyrope." + name for name in pyrope._LAZY_SUBMODULES if name != "gguf"} | {
+    "pyrope._bench_report", "pyrope._bench_plot", "pyrope._bench_method", "pyrope.integrations"}
+EXTENSION = "pyrope._pyrope_cffi"   # the compiled binding: a leaf
+
+
+def module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES[EXTENSION] = None
+
+
+def resolve(name):
+    """The module an import of ``name`` loads last: itself, else the package holding it."""
+    if name.startswith(EXTENSION):
+        return EXTENSION
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports(name):
+    """The pyrope modules module ``name`` imports, anywhere in its code."""
+    path = MODULES[name]
+    if path is None:
+        return set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {resolve(a.name) for a in node.names if a.name.split(".")[0] == "pyrope"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            elif (node.module or "").split(".")[0] == "pyrope":
+                target = node.module
+            else:
+                continue
+            for alias in node.names:   # `from . import x`: the submodule x when there is one
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else resolve(target))
+    found.discard(name)
+    return found
+
+
+GRAPH = {name: imports(name) for name in MODULES}
+
+
+def circles():
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(GRAPH[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_is_read():
+    """The test below can fail: the reader sees the edges that matter."""
+    assert "pyrope._kernel" in GRAPH["pyrope.rope"]
+    assert "pyrope.rope" in GRAPH["pyrope.config"]
+    assert "pyrope.benchmark" in GRAPH["pyrope.cli"]          # a deferred import
+    assert "pyrope" in GRAPH["pyrope.integrations._hf_rotary"]   # `from .. import Rope`
+
+
+def test_no_import_circle():
+    assert circles() == []
+
+
+def test_the_core_imports_no_tool():
+    core = {name for name in MODULES if name.startswith("pyrope") and name not in TOOLS
+            and not any(name.startswith(t + ".") for t in TOOLS) and name not in ("pyrope", "pyrope.__main__")}
+    reached = {f"{m} -> {t}" for m in sorted(core) for t in GRAPH[m]
+               if t in TOOLS or any(t.startswith(x + ".") for x in TOOLS)}
+    assert not reached, reached
