@@ -6,6 +6,12 @@ PIP = $(PYTHON) -m pip --disable-pip-version-check
 
 .PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
 
+# The C core: every C file under csrc/, whatever its plane (api/, core/, scalar/,
+# isa/<name>/), with csrc/ the one include directory; the one source list of
+# every target below that builds it.
+CSRC_SOURCES := $(shell find csrc -name '*.c' | LC_ALL=C sort)
+CSRC_HEADERS := $(shell find csrc -name '*.h' | LC_ALL=C sort)
+
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
 
@@ -19,7 +25,7 @@ PYTHON_ENV := $(shell $(PYTHON) -c 'import hashlib, os, sys; p = sys.prefix; pri
 TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
 install-test: $(TEST_STAMP)   ## the package plus everything the tests need
 
-$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h) $(word 2,$(PYTHON_ENV))
+$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(CSRC_SOURCES) $(CSRC_HEADERS) $(word 2,$(PYTHON_ENV))
 	$(PIP) install --quiet -e ".[test,conformance]"
 	mkdir -p build && touch $@
 
@@ -120,7 +126,7 @@ fuzz-rope:
 	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
 	mkdir -p build/fuzz-corpus tests/fuzz/regressions
 	clang -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -lpthread -o build/fuzz_rope
+	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c $(CSRC_SOURCES) -lm -lpthread -o build/fuzz_rope
 	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
 	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus
@@ -143,7 +149,7 @@ fuzz-gguf:
 tsan:
 	mkdir -p build
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=thread -Icsrc \
-	  tests/c/threads_race.c csrc/*.c -lm -lpthread -o build/threads_race
+	  tests/c/threads_race.c $(CSRC_SOURCES) -lm -lpthread -o build/threads_race
 	TSAN_OPTIONS=halt_on_error=1 build/threads_race
 
 # Every SIMD rotation kernel this machine can run (each registry entry it
@@ -152,7 +158,7 @@ tsan:
 KERNEL_CFLAGS = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-math-errno -pthread -Icsrc
 check-kernels:
 	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
 	build/kernels_identical
 
 # The C core on aarch64 (cross gcc, static, run under qemu-user): the whole
@@ -167,10 +173,10 @@ check-aarch64:
 	command -v $(A64_CC) >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
 	mkdir -p build
-	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
-	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
+	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) -lm -lpthread -o build/digest_native
+	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) \
 	  -lm -lpthread -static -o build/digest_aarch64
-	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c csrc/*.c -lm -static \
+	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -static \
 	  -o build/kernels_identical_aarch64
 	build/digest_native > build/digest_native.txt
 	qemu-aarch64 build/digest_aarch64 > build/digest_aarch64.txt
@@ -188,7 +194,7 @@ check-aarch64:
 check-x86-baselines:
 	command -v qemu-x86_64 >/dev/null || (apt-get update -qq && apt-get install -y -qq qemu-user)
 	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
 	test "$$(qemu-x86_64 -cpu Haswell build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar avx2 " || \
 	  (echo "Haswell: expected the entries scalar and avx2 only"; exit 1)
 	test "$$(qemu-x86_64 -cpu Nehalem build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar " || \

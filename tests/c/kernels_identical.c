@@ -12,7 +12,7 @@
  * same way.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
- *      tests/c/kernels_identical.c csrc/[a-z]*.c -lm -o build/kernels_identical
+ *      tests/c/kernels_identical.c $(find csrc -name '*.c') -lm -o build/kernels_identical
  *
  * (`make check-kernels`; `make check-aarch64` also builds it for aarch64 and
  * runs it under qemu.) `kernels_identical --isas` only lists the supported
@@ -23,11 +23,12 @@
  * today's), linked in under the names base_<name>:
  *
  *   B=build/base; mkdir -p $B && git archive REV csrc | tar -x -C $B
- *   for f in $B/csrc/rotate*.c; do cc <flags above> -I$B/csrc -c $f -o $f.o; done
- *   nm -g --defined-only $B/csrc/rotate*.o | awk '/ T rope_rot_/ {print $3, "base_" $3}' > $B/map
- *   for o in $B/csrc/rotate*.o; do objcopy --redefine-syms=$B/map $o; done
- *   cc <flags above> -DBASELINE tests/c/kernels_identical.c csrc/[a-z]*.c
- *      $B/csrc/rotate*.o -lm -o build/kernels_identical
+ *   R=$(find $B/csrc -name 'rotate*.c')   (any plane: scalar/, isa/<name>/, or flat)
+ *   for f in $R; do cc <flags above> -I$B/csrc -c $f -o $f.o; done
+ *   nm -g --defined-only $(find $B/csrc -name 'rotate*.o') | awk '/ T rope_rot_/ {print $3, "base_" $3}' > $B/map
+ *   for o in $(find $B/csrc -name 'rotate*.o'); do objcopy --redefine-syms=$B/map $o; done
+ *   cc <flags above> -DBASELINE tests/c/kernels_identical.c $(find csrc -name '*.c')
+ *      $(find $B/csrc -name 'rotate*.o') -lm -o build/kernels_identical
  *
  * A NaN's sign and payload are left to the platform by IEEE, and the vector
  * and scalar instructions may pick them differently: where both sides hold
@@ -38,8 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "kernels.h"
+#include "scalar/convert.h"
+#include "core/kernels.h"
 
 #define NAME_(code, sfx, T, A, name) [code] = name,
 static const char *const NAMES[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(NAME_)};

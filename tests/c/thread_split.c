@@ -4,7 +4,7 @@
  * can be re-measured on any machine:
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
- *      tests/c/thread_split.c csrc/[a-z]*.c -lm -o build/thread_split
+ *      tests/c/thread_split.c $(find csrc -name '*.c') -lm -o build/thread_split
  *   build/thread_split [repetitions=41] [isa=best] [sections=sti]
  *
  * isa is a name from the registry ("scalar", "avx2", ...) or its number:
@@ -41,7 +41,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
 
 static double now_us(void)
 {

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
 
 #define SEQ 512
 #define HEADS 8

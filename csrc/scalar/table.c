@@ -25,7 +25,7 @@
  */
 #include <math.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
 #include "table_internal.h"
 
 void rope_turns(double w, double *t0, double *t1, double *t2)

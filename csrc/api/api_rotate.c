@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "angles.h"
+#include "core/angles.h"
 
 /* Does [n_batch][n_seq][n_heads][extent] under strides (sb, ss, sh), which
  * may be negative, stay within int64 element offsets? (An empty array reaches

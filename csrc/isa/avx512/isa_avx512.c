@@ -10,7 +10,7 @@
  * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
  * the specification (float32 arithmetic, one rounding on store), and
  * nothing for the conversions F already has: no entry uses it. */
-#include "kernels.h"
+#include "core/kernels.h"
 
 #ifdef ROPE_HAVE_X86
 #include <cpuid.h>

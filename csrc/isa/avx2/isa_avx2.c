@@ -2,7 +2,7 @@
  * support for YMM state. Its kernels live in rotate_avx2_*.c and
  * table_avx2.c; this file detects the CPU, names the kernels it replaces
  * and holds the yardstick's 256-bit pass. */
-#include "kernels.h"
+#include "core/kernels.h"
 
 #ifdef ROPE_HAVE_X86
 #include <cpuid.h>
