@@ -4,6 +4,7 @@
  * "at the memory-bandwidth limit" is measured against: a rotation that reads
  * and writes every byte once cannot beat it. */
 #include "core/kernels.h"
+#include "core/threads.h"
 
 typedef struct {
     unsigned char *data;

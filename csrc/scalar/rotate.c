@@ -13,6 +13,7 @@
  * -ffp-contract=off so the compiler adds no fusion.
  */
 #include "core/kernels.h"
+#include "scalar.h"
 #include "pair.h"
 
 /* One kernel per (storage type, layout): T is the storage type, A the

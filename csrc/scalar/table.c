@@ -26,6 +26,7 @@
 #include <math.h>
 
 #include "core/kernels.h"
+#include "scalar.h"
 #include "table_internal.h"
 
 void rope_turns(double w, double *t0, double *t1, double *t2)

@@ -42,6 +42,7 @@
 #include <time.h>
 
 #include "core/kernels.h"
+#include "core/threads.h"
 
 static double now_us(void)
 {

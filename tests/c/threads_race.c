@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "core/kernels.h"
+#include "core/threads.h"
 
 #define SEQ 512
 #define HEADS 8
