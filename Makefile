@@ -4,7 +4,7 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
+.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines check-recipes c-example check-wheel clean
 
 # The C core: every C file under csrc/, whatever its plane (api/, core/, scalar/,
 # isa/<name>/), with csrc/ the one include directory; the one source list of
@@ -177,6 +177,14 @@ check-kernels:
 	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
 	@$(call CHECK_ISAS,this machine,$(HOST_FLAGS),build/kernels_identical)
 	build/kernels_identical
+
+# The two recipes of docs/ARCHITECTURE.md, applied as written to a scratch
+# copy (build/recipes/tree): a toy instruction set keeping the scalar kernels
+# and a 1-byte storage type; that copy's C core and extension under ASan +
+# UBSan, tests/c/kernels_identical.c and the Python kernel tests over every
+# ISA x storage type on them (tests/recipes.py, the recipes' executable form).
+check-recipes: install-test
+	CC="$(CC)" $(PYTHON) tests/recipes.py
 
 # The C core on aarch64 (cross gcc, static, run under qemu-user): the whole
 # of csrc/ must build warning-free; tests/c/portable_digest.c built natively
