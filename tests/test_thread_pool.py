@@ -1,4 +1,4 @@
-"""The thread pool (csrc/threads.c) and Python threads: the thread count,
+"""The thread pool (csrc/core/threads.c) and Python threads: the thread count,
 its setting and environment variable, the bandwidth pass, fork, many Python
 threads calling at once (the GIL is released in C), the split rule and an
 idle pool's CPU time. None may change a single bit."""

@@ -1,6 +1,6 @@
 /* One thread against two, on the shapes a decode step and a prefill rotate,
  * with the idle gaps a backend leaves between calls (it calls rope between
- * matmuls), so that the split rule and the pool's wake-up (csrc/threads.c)
+ * matmuls), so that the split rule and the pool's wake-up (csrc/core/threads.c)
  * can be re-measured on any machine:
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
