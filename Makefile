@@ -4,7 +4,13 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip --disable-pip-version-check
 
-.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines c-example check-wheel clean
+.PHONY: demo test test-baseline install install-test install-bench build bench sanitize fuzz fuzz-rope fuzz-gguf tsan check-kernels check-aarch64 check-x86-baselines check-recipes c-example check-wheel clean
+
+# The C core: every C file under csrc/, whatever its plane (api/, core/, scalar/,
+# isa/<name>/), with csrc/ the one include directory; the one source list of
+# every target below that builds it.
+CSRC_SOURCES := $(shell find csrc -name '*.c' | LC_ALL=C sort)
+CSRC_HEADERS := $(shell find csrc -name '*.h' | LC_ALL=C sort)
 
 install:            ## the package, editable, with its runtime dependencies
 	$(PIP) install --quiet -e .
@@ -19,7 +25,7 @@ PYTHON_ENV := $(shell $(PYTHON) -c 'import hashlib, os, sys; p = sys.prefix; pri
 TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
 install-test: $(TEST_STAMP)   ## the package plus everything the tests need
 
-$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(wildcard csrc/*.c csrc/*.h) $(word 2,$(PYTHON_ENV))
+$(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(CSRC_SOURCES) $(CSRC_HEADERS) $(word 2,$(PYTHON_ENV))
 	$(PIP) install --quiet -e ".[test,conformance]"
 	mkdir -p build && touch $@
 
@@ -120,7 +126,7 @@ fuzz-rope:
 	command -v clang >/dev/null || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
 	mkdir -p build/fuzz-corpus tests/fuzz/regressions
 	clang -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c csrc/*.c -lm -lpthread -o build/fuzz_rope
+	  -fno-sanitize-recover=all -Icsrc tests/fuzz/fuzz_rope.c $(CSRC_SOURCES) -lm -lpthread -o build/fuzz_rope
 	build/fuzz_rope -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
 	  -artifact_prefix=tests/fuzz/regressions/ build/fuzz-corpus tests/fuzz/corpus
 	build/fuzz_rope -merge=1 tests/fuzz/corpus build/fuzz-corpus
@@ -143,17 +149,42 @@ fuzz-gguf:
 tsan:
 	mkdir -p build
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -ffp-contract=off -fsanitize=thread -Icsrc \
-	  tests/c/threads_race.c csrc/*.c -lm -lpthread -o build/threads_race
+	  tests/c/threads_race.c $(CSRC_SOURCES) -lm -lpthread -o build/threads_race
 	TSAN_OPTIONS=halt_on_error=1 build/threads_race
+
+# Which registry entries a CPU must offer, derived from the registry: each
+# entry states the CPU flags it needs (its bases' included; Linux's spelling,
+# as /proc/cpuinfo shows them), which `kernels_identical --isa-features`
+# prints, and a CPU must offer, in registry order, exactly the entries whose
+# every flag it has. $(call EXPECTED_ISAS,<the CPU's flags>,<command running
+# kernels_identical>) prints them as `--isas | tr '\n' ' '` does ("scalar ...").
+EXPECTED_ISAS = $(2) --isa-features 2>/dev/null | awk -v have="$(1)" \
+  'BEGIN { n = split(have, f, " "); for (i = 1; i <= n; i++) h[f[i]] = 1 } \
+   { ok = 1; for (i = 2; i <= NF; i++) if (!($$i in h)) ok = 0; if (ok) printf "%s ", $$1 }'
+# $(call CHECK_ISAS,<CPU>,<its flags>,<command running kernels_identical>)
+CHECK_ISAS = want="$$($(call EXPECTED_ISAS,$(2),$(3)))"; got="$$($(3) --isas 2>/dev/null | tr '\n' ' ')"; \
+  test "$$got" = "$$want" || { echo "$(1): expected the entries $$want(its flags: $(2)), got $$got"; exit 1; }; \
+  echo "$(1): offers $$got(as its flags say)"
 
 # Every SIMD rotation kernel this machine can run (each registry entry it
 # supports: AVX2 and AVX-512 here) against the scalar kernels, bit for bit,
-# called directly: tests/c/kernels_identical.c.
+# called directly: tests/c/kernels_identical.c; first, that the entries it
+# offers are those its flags in /proc/cpuinfo call for.
 KERNEL_CFLAGS = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-math-errno -pthread -Icsrc
+HOST_FLAGS = $$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2)
 check-kernels:
 	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
+	@$(call CHECK_ISAS,this machine,$(HOST_FLAGS),build/kernels_identical)
 	build/kernels_identical
+
+# The two recipes of docs/ARCHITECTURE.md, applied as written to a scratch
+# copy (build/recipes/tree): a toy instruction set keeping the scalar kernels
+# and a 1-byte storage type; that copy's C core and extension under ASan +
+# UBSan, tests/c/kernels_identical.c and the Python kernel tests over every
+# ISA x storage type on them (tests/recipes.py, the recipes' executable form).
+check-recipes: install-test
+	CC="$(CC)" $(PYTHON) tests/recipes.py
 
 # The C core on aarch64 (cross gcc, static, run under qemu-user): the whole
 # of csrc/ must build warning-free; tests/c/portable_digest.c built natively
@@ -161,36 +192,44 @@ check-kernels:
 # bit-identical across architectures); tests/c/kernels_identical.c checks
 # every NEON kernel against the scalar one there, on qemu's "max" CPU, which
 # has FEAT_BF16, so the "neonbf16" entry runs too (a CPU without it, the
-# Cortex-A72, must not offer that entry).
+# Cortex-A72, must not offer that entry). Which entries each CPU must offer
+# is derived from the registry (EXPECTED_ISAS) and the CPU's flags, as Linux
+# lists them for it (those any entry could need; a flag missing here makes
+# an entry needing it expected unsupported).
 A64_CC = aarch64-linux-gnu-gcc
+A72_FLAGS = fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid
+QEMU_MAX_A64_FLAGS = fp asimd aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc \
+  dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 sveaes \
+  svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 bti mte
 check-aarch64:
 	command -v $(A64_CC) >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
 	mkdir -p build
-	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c -lm -lpthread -o build/digest_native
-	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c csrc/*.c \
+	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) -lm -lpthread -o build/digest_native
+	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) \
 	  -lm -lpthread -static -o build/digest_aarch64
-	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c csrc/*.c -lm -static \
+	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -static \
 	  -o build/kernels_identical_aarch64
 	build/digest_native > build/digest_native.txt
 	qemu-aarch64 build/digest_aarch64 > build/digest_aarch64.txt
 	diff build/digest_native.txt build/digest_aarch64.txt && echo "aarch64 scalar kernels: bit-identical to $$(uname -m)"
-	test "$$(qemu-aarch64 -cpu cortex-a72 build/kernels_identical_aarch64 --isas | tr '\n' ' ')" = "scalar neon " || \
-	  (echo "Cortex-A72: expected the entries scalar and neon only"; exit 1)
-	test "$$(qemu-aarch64 -cpu max build/kernels_identical_aarch64 --isas | tr '\n' ' ')" = "scalar neon neonbf16 " || \
-	  (echo "qemu's max CPU: expected the entries scalar, neon and neonbf16"; exit 1)
+	@$(call CHECK_ISAS,Cortex-A72,$(A72_FLAGS),qemu-aarch64 -cpu cortex-a72 build/kernels_identical_aarch64)
+	@$(call CHECK_ISAS,qemu's max CPU,$(QEMU_MAX_A64_FLAGS),qemu-aarch64 -cpu max build/kernels_identical_aarch64)
 	qemu-aarch64 -cpu max build/kernels_identical_aarch64
 
 # The dispatch on x86-64 CPUs older than this one, under qemu-user's CPU
-# models (their CPUID): a Haswell (AVX2, no AVX-512) must offer scalar and
-# avx2 only and its kernels must match the scalar ones; a Nehalem (no AVX)
-# must offer scalar only. The same binary runs on any x86-64: no -march.
+# models (their CPUID): a Haswell (AVX2, no AVX-512) and a Nehalem (no AVX)
+# must offer the entries their flags call for (EXPECTED_ISAS: today scalar
+# and avx2, and scalar alone), and the Haswell's kernels must match the
+# scalar ones. The flags are the models' as Linux lists them (those any entry
+# could need). The same binary runs on any x86-64: no -march.
+HASWELL_FLAGS = fpu tsc cx8 cmov mmx fxsr sse sse2 pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt \
+  aes xsave avx f16c rdrand lahf_lm abm fsgsbase bmi1 avx2 smep bmi2 erms
+NEHALEM_FLAGS = fpu tsc cx8 cmov mmx fxsr sse sse2 pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm
 check-x86-baselines:
 	command -v qemu-x86_64 >/dev/null || (apt-get update -qq && apt-get install -y -qq qemu-user)
 	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c csrc/*.c -lm -o build/kernels_identical
-	test "$$(qemu-x86_64 -cpu Haswell build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar avx2 " || \
-	  (echo "Haswell: expected the entries scalar and avx2 only"; exit 1)
-	test "$$(qemu-x86_64 -cpu Nehalem build/kernels_identical --isas 2>/dev/null | tr '\n' ' ')" = "scalar " || \
-	  (echo "Nehalem: expected the entry scalar only"; exit 1)
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
+	@$(call CHECK_ISAS,Haswell,$(HASWELL_FLAGS),qemu-x86_64 -cpu Haswell build/kernels_identical)
+	@$(call CHECK_ISAS,Nehalem,$(NEHALEM_FLAGS),qemu-x86_64 -cpu Nehalem build/kernels_identical)
 	qemu-x86_64 -cpu Haswell build/kernels_identical 2>/dev/null

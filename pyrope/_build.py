@@ -3,11 +3,13 @@
 The cdef is ``csrc/pyrope.h`` itself, run through the C preprocessor with
 ``ROPE_CDEF`` defined (no system headers; the storage-type list expands to
 its enum), plus the header's numeric ``#define`` constants: the header is
-the one description of the C API. Every ``csrc/*.c`` is compiled, so a new
-kernel file needs no build list. ``setup.py`` names this module in
-``cffi_modules``; ``python pyrope/_build.py`` builds the extension in place,
-under the file name setup.py's build gives it (:func:`extension_filename`),
-and removes any other build of it that Python would load first.
+the one description of the C API. Every ``csrc/**/*.c`` is compiled (the
+planes ``api/``, ``core/``, ``scalar/`` and ``isa/<name>/``, with ``csrc/``
+the one include directory), so a new kernel file needs no build list.
+``setup.py`` names this module in ``cffi_modules``; ``python
+pyrope/_build.py`` builds the extension in place, under the file name
+setup.py's build gives it (:func:`extension_filename`), and removes any
+other build of it that Python would load first.
 
 The same sources, with the same flags, also make ``libpyrope``, the shared
 library for C and C++ programs (:func:`build_library`): ``lib/`` in the
@@ -35,7 +37,10 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
-SOURCES = sorted(os.path.relpath(p) for p in glob.glob(os.path.join(CSRC, "*.c")))
+# every C file under csrc/, in every plane: the one source list of both builds
+# (absolute for libpyrope, relative for cffi, whose object paths follow them)
+SOURCE_PATHS = sorted(glob.glob(os.path.join(CSRC, "**", "*.c"), recursive=True))
+SOURCES = [os.path.relpath(p) for p in SOURCE_PATHS]
 
 # C11, warnings on, no global -march: SIMD comes from function target
 # attributes. -ffp-contract=off keeps the scalar kernel's roundings exactly as
@@ -201,9 +206,10 @@ def _pkg_config(version):
 
 
 def build_library(package_dir, tmp_dir):
-    """Compile every ``csrc/*.c`` into ``libpyrope`` and put it, ``pyrope.h`` and
-    ``pyrope.pc`` under ``package_dir`` (:func:`library_outputs`); object files
-    go to ``tmp_dir``. Returns the paths written (none but on Linux)."""
+    """Compile every ``csrc/**/*.c`` (:data:`SOURCE_PATHS`) into ``libpyrope``
+    and put it, ``pyrope.h`` and ``pyrope.pc`` under ``package_dir``
+    (:func:`library_outputs`); object files go to ``tmp_dir``. Returns the
+    paths written (none but on Linux)."""
     if not LIBRARY_PLATFORM:
         return []
     major, minor, patch, _ = header_version()
@@ -215,13 +221,13 @@ def build_library(package_dir, tmp_dir):
     cc = _compiler()
 
     def compile_one(src):
-        obj = os.path.join(obj_dir, os.path.basename(src)[:-2] + ".o")
+        # named after the path under csrc/: two planes may hold files of one name
+        obj = os.path.join(obj_dir, os.path.relpath(src, CSRC)[:-2].replace(os.sep, "_") + ".o")
         subprocess.run(cc + LIBRARY_CFLAGS + ["-I", CSRC, "-c", src, "-o", obj], check=True)
         return obj
 
-    sources = sorted(glob.glob(os.path.join(CSRC, "*.c")))
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objects = list(pool.map(compile_one, sources))
+        objects = list(pool.map(compile_one, SOURCE_PATHS))
     # written under a temporary name and renamed: a failed build leaves the old library
     partial = os.path.join(lib_dir, f".{soname}.partial")
     subprocess.run(cc + ["-shared", f"-Wl,-soname,{soname}", "-Wl,-z,defs", "-o", partial] + objects

@@ -6,6 +6,7 @@ and SIMD kernels disagree, if an error leaves a write behind, or (through the
 sanitizers) on any access outside the buffers. Here it is compiled with gcc
 and a plain main() so it runs without libFuzzer; `make fuzz` explores further.
 """
+import glob
 import os
 import shutil
 import subprocess
@@ -28,8 +29,7 @@ def test_corpus_replays_clean_under_sanitizers(tmp_path):
     assert cc, "a C compiler is needed to replay the fuzz corpus"
     exe = tmp_path / "replay"
     sources = [os.path.join(FUZZ, "fuzz_rope.c"), os.path.join(FUZZ, "replay.c")]
-    sources += sorted(os.path.join(ROOT, "csrc", f) for f in os.listdir(os.path.join(ROOT, "csrc"))
-                      if f.endswith(".c"))
+    sources += sorted(glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
     build = subprocess.run(
         [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-ffp-contract=off", *SANITIZE,
          "-I", os.path.join(ROOT, "csrc"), *sources, "-lm", "-lpthread", "-o", str(exe)],

@@ -1,7 +1,8 @@
-"""The thread pool (csrc/threads.c) and Python threads: the thread count,
+"""The thread pool (csrc/core/threads.c) and Python threads: the thread count,
 its setting and environment variable, the bandwidth pass, fork, many Python
 threads calling at once (the GIL is released in C), the split rule and an
 idle pool's CPU time. None may change a single bit."""
+import glob
 import os
 import shutil
 import subprocess
@@ -180,7 +181,7 @@ def test_split_calls_in_c(tmp_path):
     exe = tmp_path / "threads_race"
     csrc = os.path.join(ROOT, "csrc")
     sources = [os.path.join(ROOT, "tests", "c", "threads_race.c")]
-    sources += sorted(os.path.join(csrc, f) for f in os.listdir(csrc) if f.endswith(".c"))
+    sources += sorted(glob.glob(os.path.join(csrc, "**", "*.c"), recursive=True))
     build = subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off",
                             "-pthread", "-I", csrc, *sources, "-lm", "-o", str(exe)],
                            capture_output=True, text=True)

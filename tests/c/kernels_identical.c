@@ -12,22 +12,26 @@
  * same way.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
- *      tests/c/kernels_identical.c csrc/[a-z]*.c -lm -o build/kernels_identical
+ *      tests/c/kernels_identical.c $(find csrc -name '*.c') -lm -o build/kernels_identical
  *
  * (`make check-kernels`; `make check-aarch64` also builds it for aarch64 and
  * runs it under qemu.) `kernels_identical --isas` only lists the supported
- * entries, one per line.
+ * entries, one per line; `--isa-features` lists every entry of the registry,
+ * one per line, with the CPU flags it needs (its bases' included), from
+ * which the Makefile derives which entries a CPU must offer. Every storage
+ * type of the list is checked, whatever its size (rope_dtype_size).
  *
  * x86-64 only, with -DBASELINE the kernels of another revision REV must give
  * the same bits too (its scalar kernels as today's, its AVX2 kernels as
  * today's), linked in under the names base_<name>:
  *
  *   B=build/base; mkdir -p $B && git archive REV csrc | tar -x -C $B
- *   for f in $B/csrc/rotate*.c; do cc <flags above> -I$B/csrc -c $f -o $f.o; done
- *   nm -g --defined-only $B/csrc/rotate*.o | awk '/ T rope_rot_/ {print $3, "base_" $3}' > $B/map
- *   for o in $B/csrc/rotate*.o; do objcopy --redefine-syms=$B/map $o; done
- *   cc <flags above> -DBASELINE tests/c/kernels_identical.c csrc/[a-z]*.c
- *      $B/csrc/rotate*.o -lm -o build/kernels_identical
+ *   R=$(find $B/csrc -name 'rotate*.c')   (any plane: scalar/, isa/<name>/, or flat)
+ *   for f in $R; do cc <flags above> -I$B/csrc -c $f -o $f.o; done
+ *   nm -g --defined-only $(find $B/csrc -name 'rotate*.o') | awk '/ T rope_rot_/ {print $3, "base_" $3}' > $B/map
+ *   for o in $(find $B/csrc -name 'rotate*.o'); do objcopy --redefine-syms=$B/map $o; done
+ *   cc <flags above> -DBASELINE tests/c/kernels_identical.c $(find csrc -name '*.c')
+ *      $(find $B/csrc -name 'rotate*.o') -lm -o build/kernels_identical
  *
  * A NaN's sign and payload are left to the platform by IEEE, and the vector
  * and scalar instructions may pick them differently: where both sides hold
@@ -38,11 +42,40 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert.h"
-#include "kernels.h"
+#include "core/kernels.h"
+#include "scalar/pair.h"
 
 #define NAME_(code, sfx, T, A, name) [code] = name,
 static const char *const NAMES[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(NAME_)};
+#undef NAME_
+
+/* Any storage type of the list: value v rounded to it as the scalar kernels
+ * store (rope_st_<sfx>), and whether element k of p is a NaN once widened
+ * as they load it (rope_ld_<sfx>). */
+#define STORE_(code, sfx, T, A, name)                                          \
+    case code: {                                                               \
+        T t;                                                                   \
+        rope_st_##sfx(&t, (A)v);                                               \
+        memcpy(p, &t, sizeof t);                                               \
+        break;                                                                 \
+    }
+static void store_value(int dtype, unsigned char *p, double v)
+{
+    switch (dtype) { ROPE_STORAGE_TYPES(STORE_) }
+}
+#undef STORE_
+#define IS_NAN_(code, sfx, T, A, name)                                         \
+    case code: {                                                               \
+        T t;                                                                   \
+        memcpy(&t, p, sizeof t);                                               \
+        return isnan(rope_ld_##sfx(&t));                                       \
+    }
+static int loads_nan(int dtype, const unsigned char *p)
+{
+    switch (dtype) { ROPE_STORAGE_TYPES(IS_NAN_) }
+    return 0;
+}
+#undef IS_NAN_
 
 /* ---- the contenders ------------------------------------------------------- */
 
@@ -170,23 +203,21 @@ static void put(int dtype, unsigned char *p, int64_t k)
             memcpy(&d, &u, 8);
         }
         memcpy(p + 8 * k, &d, 8);
-    } else { /* 16-bit: random bits now and then (NaN payloads included) */
-        const float f = (float)value();
-        uint16_t h = (uint16_t)next();
+    } else { /* any other type, of any size (rope_dtype_size): random bits now and
+              * then (NaN payloads included), else a value rounded to the type */
+        const double v = value();
+        const uint64_t bits = next();
+        const int64_t es = rope_dtype_size(dtype);
         if (r >= 4)
-            h = dtype == ROPE_F16 ? rope_f32_to_f16(f) : rope_f32_to_bf16(f);
-        memcpy(p + 2 * k, &h, 2);
+            store_value(dtype, p + es * k, v);
+        else
+            for (int64_t i = 0; i < es; i++)
+                p[es * k + i] = (unsigned char)(bits >> (8 * (i % 8)));
     }
 }
 static int is_nan(int dtype, const unsigned char *p, int64_t k)
 {
-    uint64_t u = 0;
-    switch (dtype) {
-    case ROPE_F32: memcpy(&u, p + 4 * k, 4); return (u & 0x7FFFFFFFu) > 0x7F800000u;
-    case ROPE_F64: memcpy(&u, p + 8 * k, 8); return (u & ~(1ull << 63)) > 0x7FF0000000000000ull;
-    case ROPE_F16: memcpy(&u, p + 2 * k, 2); return (u & 0x7FFFu) > 0x7C00u;
-    default: memcpy(&u, p + 2 * k, 2); return (u & 0x7FFFu) > 0x7F80u;
-    }
+    return loads_nan(dtype, p + rope_dtype_size(dtype) * k);
 }
 
 /* ---- one case -------------------------------------------------------------- */
@@ -200,7 +231,7 @@ static unsigned char pool[2 * MAXB];
 static int pool_dtype = -1;
 static const unsigned char *pool_at(int dtype)
 {
-    const int64_t es = ROPE_ELEM_SIZE[dtype];
+    const int64_t es = (int64_t)rope_dtype_size(dtype);
     if (pool_dtype != dtype) {
         for (int64_t k = 0; k < 2 * MAXB / es; k++)
             put(dtype, pool, k);
@@ -244,7 +275,7 @@ static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n
                      const void *c, const void *s)
 {
     static unsigned char out[1 + 2 * MAX_CONTENDERS][2][MAXB];
-    const int64_t es = ROPE_ELEM_SIZE[dtype];
+    const int64_t es = (int64_t)rope_dtype_size(dtype);
     const int64_t nx = span(n_heads, x_sh, half), ny = in_place ? 0 : span(n_heads, y_sh, half);
     if (nx * es > MAXB || ny * es > MAXB)
         abort();
@@ -358,6 +389,16 @@ int main(int argc, char **argv)
             puts(C[i].name);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "--isa-features") == 0) { /* supported or not */
+        for (int isa = 0; isa < rope_isa_count(); isa++) {
+            printf("%s", rope_isa_name(isa));
+            for (int b = isa; b >= 0; b = rope_isa_base(b))
+                if (*rope_isa_features(b))
+                    printf(" %s", rope_isa_features(b));
+            putchar('\n');
+        }
+        return 0;
+    }
     for (int i = 0; i < GUARD; i++)
         guard[i] = (unsigned char)next();
     enum { N_TAB = 2048 };
@@ -386,7 +427,7 @@ int main(int argc, char **argv)
     long total = 0;
     for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++) {
         /* elements per 32 bytes (head gaps) and per 64 bytes (offsets) */
-        const int64_t es = ROPE_ELEM_SIZE[dtype], v = 32 / es, v64 = MAX_OFF / es;
+        const int64_t es = (int64_t)rope_dtype_size(dtype), v = 32 / es, v64 = MAX_OFF / es;
         long cases = 0;
         for (int layout = 0; layout < 2; layout++)
             for (int inverse = 0; inverse < 2; inverse++)
@@ -403,8 +444,8 @@ int main(int argc, char **argv)
                             for (int in_place = 0; in_place < 2; in_place++, cases++)
                                 one_case(dtype, layout, inverse, half, heads[hc][0], heads[hc][1],
                                          heads[hc][2], xo, (xo / es * 5 % v64) * es, in_place,
-                                         dtype == ROPE_F64 ? (const void *)cd : c,
-                                         dtype == ROPE_F64 ? (const void *)sd : s);
+                                         ROPE_WIDE_ROWS[dtype] ? (const void *)cd : c,
+                                         ROPE_WIDE_ROWS[dtype] ? (const void *)sd : s);
                 }
         printf("%-8s %6ld cases\n", NAMES[dtype], cases);
         total += cases;

@@ -9,12 +9,24 @@
  * kernels use only IEEE operations with fixed roundings (no contraction, own
  * polynomials), so every platform must print the same lines; the target
  * compares this machine's output with an aarch64 build run under qemu.
+ * Then every storage type of the list (ROPE_STORAGE_TYPES, whatever its
+ * size), one line each ("type <name>"): values stored as the scalar kernels
+ * store them (rope_st_<sfx>), both layouts and directions, partial rotary,
+ * angles on the fly; the lines before them are those of the fixed cases.
  * Inputs are finite: IEEE leaves NaN signs and payloads to the platform. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <math.h>
 #include "pyrope.h"
+#include "scalar/pair.h"
+
+/* Value v rounded to storage type dtype (any of the list), as the scalar
+ * kernels store it. */
+#define STORE_(code, sfx, T, A, name) \
+    case code: { T t; rope_st_##sfx(&t, (A)v); memcpy(p, &t, sizeof t); break; }
+static void store_value(int dtype, unsigned char *p, double v) { switch (dtype) { ROPE_STORAGE_TYPES(STORE_) } }
+#undef STORE_
 
 static uint64_t h = 1469598103934665603ULL;
 static void mark(const char *t) { printf("%s %016llx\n", t, (unsigned long long)h); }
@@ -116,5 +128,22 @@ int main(void) {
                 mix(yd, sizeof yd); mix(ykd, sizeof ykd); mark(otf ? "sect_otf_f64" : "sect_tab_f64");
             }
     printf("%016llx\n", (unsigned long long)h);
+
+    /* Every storage type of the list. */
+    static unsigned char xb[S * H * D * 8], yb[S * H * D * 8];
+    for (int dt = 0; dt < rope_dtype_count(); dt++) {
+        const int es = rope_dtype_size(dt);
+        if (es > 8) return 12;
+        for (int i = 0; i < S * H * D; i++) { r = r * 1103515245u + 12345u; store_value(dt, xb + i * es, (double)(r >> 8) / 8388608.0 - 1.0); }
+        for (int layout = 0; layout < 2; layout++)
+            for (int inv = 0; inv < 2; inv++) {
+                rope_op op = {dt, layout, inv, 1, S, D, D - 2 * layout * 5, 1};
+                rope_tensor t = tensor(xb, yb, H);
+                rope_angles offset = {.source = ROPE_POS_OFFSET, .offset = 1000 + 77 * inv, .inv_freq = w, .scale = 1.25};
+                if (rope_rotate(&op, &t, 1, &offset)) return 13;
+                mix(yb, (size_t)S * H * D * es);
+            }
+        printf("type %s %016llx\n", rope_dtype_name(dt), (unsigned long long)h);
+    }
     return 0;
 }

@@ -1,11 +1,11 @@
 /* Single-process timing of the rotation kernels on prefill and decode
  * shapes, with the bandwidth yardstick over the same bytes timed in the same
- * repetition, for iterating on csrc/rotate_*.c without the Python layer or
+ * repetition, for iterating on the rotation kernels (csrc/isa/<name>/) without the Python layer or
  * the peers; one run can time several instruction sets side by side on the
  * same data:
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
- *      tests/c/rotate_speed.c csrc/[a-z]*.c -lm -o build/rotate_speed
+ *      tests/c/rotate_speed.c $(find csrc -name '*.c') -lm -o build/rotate_speed
  *   build/rotate_speed [threads=1] [repetitions=41] [byte offset=0] [isas=best]
  *                      [dtypes=float32,float16,bfloat16] [shapes=all]
  *

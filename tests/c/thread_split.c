@@ -1,10 +1,10 @@
 /* One thread against two, on the shapes a decode step and a prefill rotate,
  * with the idle gaps a backend leaves between calls (it calls rope between
- * matmuls), so that the split rule and the pool's wake-up (csrc/threads.c)
+ * matmuls), so that the split rule and the pool's wake-up (csrc/core/threads.c)
  * can be re-measured on any machine:
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
- *      tests/c/thread_split.c csrc/[a-z]*.c -lm -o build/thread_split
+ *      tests/c/thread_split.c $(find csrc -name '*.c') -lm -o build/thread_split
  *   build/thread_split [repetitions=41] [isa=best] [sections=sti]
  *
  * isa is a name from the registry ("scalar", "avx2", ...) or its number:
@@ -41,7 +41,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
+#include "core/threads.h"
 
 static double now_us(void)
 {

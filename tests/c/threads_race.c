@@ -33,7 +33,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
+#include "core/threads.h"
 
 #define SEQ 512
 #define HEADS 8

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
 #include "table_internal.h"
 
 /* 2/pi as four doubles, to about 2^-215. */

@@ -27,8 +27,8 @@
 #ifndef PYROPE_ROTATE_NEON_H
 #define PYROPE_ROTATE_NEON_H
 
-#include "kernels.h"
-#include "pair.h"
+#include "core/kernels.h"
+#include "scalar/pair.h"
 
 /* Little-endian only: the bfloat16 interleaved kernels read a pair as one
  * 32-bit lane (x0 in its low half). */

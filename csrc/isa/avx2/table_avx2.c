@@ -6,8 +6,8 @@
  */
 #include <math.h>
 
-#include "kernels.h"
-#include "table_internal.h"
+#include "core/kernels.h"
+#include "scalar/table_internal.h"
 
 #ifdef ROPE_HAVE_X86
 #include <immintrin.h>

@@ -3,7 +3,8 @@
  * active instruction set's widest pass (the registry's `pass`). It is what
  * "at the memory-bandwidth limit" is measured against: a rotation that reads
  * and writes every byte once cannot beat it. */
-#include "kernels.h"
+#include "core/kernels.h"
+#include "core/threads.h"
 
 typedef struct {
     unsigned char *data;

@@ -1,8 +1,8 @@
 /* The AVX2 entry of the instruction-set registry: AVX2 + FMA + F16C with OS
- * support for YMM state. Its kernels live in rotate_avx2_*.c and
+ * support for YMM state. Its kernels live beside it, in rotate_avx2_*.c and
  * table_avx2.c; this file detects the CPU, names the kernels it replaces
  * and holds the yardstick's 256-bit pass. */
-#include "kernels.h"
+#include "core/kernels.h"
 
 #ifdef ROPE_HAVE_X86
 #include <cpuid.h>
@@ -68,11 +68,11 @@ static void avx2_override(rope_kernels *k)
     k->pass = pass_avx2;
 }
 
-const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, avx2_override};
+const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, avx2_override, "avx fma f16c avx2"};
 
 #else
 
 static int avx2_supported(void) { return 0; }
-const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, NULL};
+const rope_isa rope_isa_avx2 = {"avx2", avx2_supported, NULL, "avx fma f16c avx2"};
 
 #endif

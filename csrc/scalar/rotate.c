@@ -12,7 +12,8 @@
  * before either is stored, so y == x is safe. The build uses
  * -ffp-contract=off so the compiler adds no fusion.
  */
-#include "kernels.h"
+#include "core/kernels.h"
+#include "scalar.h"
 #include "pair.h"
 
 /* One kernel per (storage type, layout): T is the storage type, A the

@@ -25,7 +25,8 @@
  */
 #include <math.h>
 
-#include "kernels.h"
+#include "core/kernels.h"
+#include "scalar.h"
 #include "table_internal.h"
 
 void rope_turns(double w, double *t0, double *t1, double *t2)

@@ -12,7 +12,9 @@
 #include <math.h>
 
 #include "pyrope.h"
-#include "kernels.h"
+#include "core/kernels.h"
+#include "core/checks.h"
+#include "scalar.h"
 #include "table_internal.h"
 
 static const double PIO2_H = 0x1.921fb54442d18p+0, PIO2_L = 0x1.1a62633145c07p-54;

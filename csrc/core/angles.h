@@ -5,6 +5,7 @@
 #define PYROPE_ANGLES_H
 
 #include "kernels.h"
+#include "checks.h"
 
 /* Scratch doubles a row may need (rope_token_row): the row itself and one
  * component's row for sectioned positions computed on the fly, in doubles

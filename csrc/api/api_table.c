@@ -1,6 +1,7 @@
 /* Public entry points for cos/sin tables: check, then run the chosen kernel. */
 #include "pyrope.h"
-#include "kernels.h"
+#include "core/kernels.h"
+#include "core/checks.h"
 
 /* Shortest run of consecutive positions worth the dense-range kernel. */
 #define ROPE_MIN_RUN 48

@@ -1,8 +1,8 @@
 /* Run-time dispatch: the registry of instruction sets and which one runs.
  *
  * REGISTRY lists the instruction sets in priority order; each entry (its
- * own file) says whether the CPU and OS can run it and which scalar kernels
- * it replaces. The best supported one is chosen on first use and published
+ * own folder, isa/<name>/; the scalar one in scalar/) says whether the CPU
+ * and OS can run it and which kernels it replaces. The best supported one is chosen on first use and published
  * atomically; rope_set_isa may force another (the scalar kernels always
  * work). This file holds the only mutable globals of the library besides
  * the thread pool: the ISA choice and the kernel tables, built once.
@@ -11,50 +11,49 @@
 #include <stdatomic.h>
 
 #include "pyrope.h"
-#include "kernels.h"
+#include "core/kernels.h"
+#include "scalar/scalar.h"
 
 /* ---- the registry -------------------------------------------------------- */
 
-/* The entries, each defined in its own file on every platform (supported()
- * is 0 where it cannot run), in priority order: the best supported one wins. */
-extern const rope_isa rope_isa_scalar;   /* below */
-extern const rope_isa rope_isa_avx2;     /* isa_avx2.c */
-extern const rope_isa rope_isa_avx512;       /* isa_avx512.c */
-extern const rope_isa rope_isa_avx512bf16;   /* isa_avx512.c */
-extern const rope_isa rope_isa_neon;         /* isa_neon.c */
-extern const rope_isa rope_isa_neonbf16;     /* isa_neon.c */
+/* The entries, each defined in its own folder on every platform (supported()
+ * is 0 where it cannot run), in priority order: the best supported one wins.
+ * An entry with a base builds on it: its kernel table starts as a copy of
+ * the base's (else of the scalar one), and it is supported only where its
+ * base is (which REGISTRY lists before it). Nothing outside an instruction
+ * set's folder but this list names it. */
+extern const rope_isa rope_isa_scalar;       /* scalar/isa_scalar.c */
+extern const rope_isa rope_isa_avx2;         /* isa/avx2/ */
+extern const rope_isa rope_isa_avx512;       /* isa/avx512/ */
+extern const rope_isa rope_isa_avx512bf16;   /* isa/avx512/ */
+extern const rope_isa rope_isa_neon;         /* isa/neon/ */
+extern const rope_isa rope_isa_neonbf16;     /* isa/neon/ */
 
-static const rope_isa *const REGISTRY[] = {
-    &rope_isa_scalar,
-    &rope_isa_avx2,
-    &rope_isa_avx512,
-    &rope_isa_avx512bf16,
-    &rope_isa_neon,
-    &rope_isa_neonbf16,
+static const struct {
+    const rope_isa *isa, *base;
+} REGISTRY[] = {
+    {&rope_isa_scalar, NULL},
+    {&rope_isa_avx2, NULL},
+    {&rope_isa_avx512, &rope_isa_avx2},
+    {&rope_isa_avx512bf16, &rope_isa_avx512},
+    {&rope_isa_neon, NULL},
+    {&rope_isa_neonbf16, &rope_isa_neon},
 };
 #define N_ISA ((int)(sizeof REGISTRY / sizeof REGISTRY[0]))
 
-/* ---- the scalar entry: the specification ------------------------------- */
-
-static int scalar_supported(void) { return 1; }
-
-static void pass_scalar(unsigned char *p, int64_t n, uint32_t mask)
+int rope_isa_base(int isa)
 {
-    for (int64_t i = 0; i < n; i++)
-        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
+    if (isa >= 0 && isa < N_ISA)
+        for (int b = 0; b < isa; b++)
+            if (REGISTRY[b].isa == REGISTRY[isa].base)
+                return b;
+    return -1;
 }
 
-const rope_isa rope_isa_scalar = {"scalar", scalar_supported, NULL};
-
-#define ROPE_SCALAR_ROW_(code, sfx, T, A, name) \
-    [code] = {rope_rot_il_##sfx##_scalar, rope_rot_sh_##sfx##_scalar},
-
-static const rope_kernels SCALAR_KERNELS = {
-    .rot = {ROPE_STORAGE_TYPES(ROPE_SCALAR_ROW_)},
-    .table_f32 = rope_table_f32_scalar,
-    .table_f64 = rope_table_f64_scalar,
-    .pass = pass_scalar,
-};
+const char *rope_isa_features(int isa)
+{
+    return isa >= 0 && isa < N_ISA ? REGISTRY[isa].isa->features : NULL;
+}
 
 /* ---- kernel tables, built once ------------------------------------------- */
 
@@ -64,9 +63,10 @@ static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
 static void build_tables(void)
 {
     for (int i = 0; i < N_ISA; i++) {
-        g_tables[i] = SCALAR_KERNELS;
-        if (REGISTRY[i]->override)
-            REGISTRY[i]->override(&g_tables[i]);
+        const int base = rope_isa_base(i);
+        g_tables[i] = base >= 0 ? g_tables[base] : rope_scalar_kernels;
+        if (REGISTRY[i].isa->override)
+            REGISTRY[i].isa->override(&g_tables[i]);
     }
 }
 
@@ -76,12 +76,19 @@ int rope_isa_count(void) { return N_ISA; }
 
 const char *rope_isa_name(int isa)
 {
-    return isa >= 0 && isa < N_ISA ? REGISTRY[isa]->name : NULL;
+    return isa >= 0 && isa < N_ISA ? REGISTRY[isa].isa->name : NULL;
 }
 
+/* The base first: an entry's own check may rely on it (AVX-512's XGETBV
+ * needs the OSXSAVE that AVX2's check finds). */
 int rope_isa_supported(int isa)
 {
-    return isa >= 0 && isa < N_ISA && REGISTRY[isa]->supported();
+    if (isa < 0 || isa >= N_ISA)
+        return 0;
+    const int base = rope_isa_base(isa);
+    if (REGISTRY[isa].base && !rope_isa_supported(base))
+        return 0;
+    return REGISTRY[isa].isa->supported();
 }
 
 static _Atomic int g_isa = -1; /* -1: not chosen yet */
@@ -89,7 +96,7 @@ static _Atomic int g_isa = -1; /* -1: not chosen yet */
 static int best_isa(void)
 {
     for (int i = N_ISA - 1; i > 0; i--)
-        if (REGISTRY[i]->supported())
+        if (rope_isa_supported(i))
             return i;
     return 0;
 }

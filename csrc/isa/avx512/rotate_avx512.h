@@ -7,8 +7,8 @@
 #ifndef PYROPE_ROTATE_AVX512_H
 #define PYROPE_ROTATE_AVX512_H
 
-#include "kernels.h"
-#include "pair.h"
+#include "core/kernels.h"
+#include "scalar/pair.h"
 
 #ifdef ROPE_HAVE_X86
 #include <immintrin.h>

@@ -3,22 +3,26 @@
  *                saving ZMM state;
  *   "avx512bf16" the same plus AVX512_BF16, whose conversion instruction
  *                narrows float32 to bfloat16 in one step.
- * Each starts from the AVX2 kernels (a storage type or table without an
- * AVX-512 kernel keeps its AVX2 one) and replaces what it does better. The
- * kernels live in rotate_avx512_*.c; this file detects the CPU, names the
+ * "avx512" builds on "avx2" and "avx512bf16" on "avx512" (the registry,
+ * dispatch.c, says so): each starts from its base's kernels (a storage type
+ * or table without an AVX-512 kernel keeps its AVX2 one), is supported only
+ * where its base is, and replaces what it does better. The kernels live
+ * beside it, in rotate_avx512_*.c; this file detects the CPU, names the
  * kernels each entry replaces and holds the yardstick's 512-bit pass.
  * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
  * the specification (float32 arithmetic, one rounding on store), and
  * nothing for the conversions F already has: no entry uses it. */
-#include "kernels.h"
+#include "core/kernels.h"
+
+/* The CPU flags each adds to its base's (Linux's spelling). */
+#define FEATURES_AVX512 "avx512f avx512dq avx512bw avx512vl"
+#define FEATURES_AVX512BF16 "avx512_bf16"
 
 #ifdef ROPE_HAVE_X86
 #include <cpuid.h>
 #include <immintrin.h>
 
 #include "rotate_avx512.h"
-
-extern const rope_isa rope_isa_avx2; /* isa_avx2.c */
 
 /* Storage types with AVX-512 kernels rope_rot_{il,sh}_<sfx>_avx512, and
  * those whose "avx512bf16" kernels are rope_rot_{il,sh}_<sfx>_avx512bf16. */
@@ -41,10 +45,10 @@ ROPE_AVX512BF16_TYPES(ROPE_DECLARE_AVX512BF16_)
 #define EAX7_1_AVX512BF16 (1u << 5)
 #define XCR0_ZMM 0xE6u /* XMM, YMM, opmask, ZMM0-15 upper halves, ZMM16-31 */
 
+/* Called only where "avx2" is supported (its base): CPUID leaf 7 and XGETBV
+ * exist there. */
 static int avx512_supported(void)
 {
-    if (!rope_isa_avx2.supported())
-        return 0;
     unsigned a, b, c, d, xlo, xhi;
     __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
     (void)xhi;
@@ -55,10 +59,8 @@ static int avx512_supported(void)
     return (b & need) == need;
 }
 
-static int avx512bf16_supported(void)
+static int avx512bf16_supported(void) /* where "avx512" is */
 {
-    if (!avx512_supported())
-        return 0;
     unsigned a, b, c, d;
     __cpuid_count(7, 0, a, b, c, d);
     if (a < 1) /* no sub-leaf 1 */
@@ -91,26 +93,25 @@ ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
 #define ROPE_AVX512_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512)
 #define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
 
-static void avx512_override(rope_kernels *k)
+static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
 {
-    rope_isa_avx2.override(k);
     ROPE_AVX512_TYPES(ROPE_AVX512_ROW_)
     k->pass = pass_avx512;
 }
 
-static void avx512bf16_override(rope_kernels *k)
+static void avx512bf16_override(rope_kernels *k) /* on "avx512"'s kernels */
 {
-    avx512_override(k);
     ROPE_AVX512BF16_TYPES(ROPE_AVX512BF16_ROW_)
 }
 
-const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, avx512_override};
-const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512bf16_supported, avx512bf16_override};
+const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, avx512_override, FEATURES_AVX512};
+const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512bf16_supported, avx512bf16_override,
+                                      FEATURES_AVX512BF16};
 
 #else
 
 static int avx512_supported(void) { return 0; }
-const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, NULL};
-const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512_supported, NULL};
+const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, NULL, FEATURES_AVX512};
+const rope_isa rope_isa_avx512bf16 = {"avx512bf16", avx512_supported, NULL, FEATURES_AVX512BF16};
 
 #endif

@@ -5,7 +5,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "angles.h"
+#include "core/angles.h"
+#include "core/checks.h"
+#include "core/threads.h"
 
 /* Does [n_batch][n_seq][n_heads][extent] under strides (sb, ss, sh), which
  * may be negative, stay within int64 element offsets? (An empty array reaches

@@ -84,7 +84,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "pyrope.h"
+#include "threads.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()

@@ -3,12 +3,18 @@
  *               multiply-add and the float16 conversions): always there;
  *   "neonbf16"  the same plus FEAT_BF16, whose BFCVTN narrows float32 to
  *               bfloat16 in one instruction (Linux: HWCAP2_BF16).
- * The kernels live in rotate_neon_*.c (bit-identical to the scalar ones;
+ * "neonbf16" builds on "neon" (the registry, dispatch.c, says so): it
+ * starts from its kernels and is supported only where it is.
+ * The kernels live beside it, in rotate_neon_*.c (bit-identical to the scalar ones;
  * rotate_neon.h); this file detects the CPU, names the kernels each entry
  * replaces and holds the yardstick's NEON pass. Both entries are defined on
  * every platform; elsewhere they are not supported. The cos/sin tables stay
  * scalar. */
 #include "rotate_neon.h"
+
+/* The CPU flags each adds to its base's (Linux's spelling). */
+#define FEATURES_NEON "asimd"
+#define FEATURES_NEONBF16 "bf16"
 
 #ifdef ROPE_HAVE_NEON
 #if defined(__linux__)
@@ -64,20 +70,19 @@ static void neon_override(rope_kernels *k)
     k->pass = pass_neon;
 }
 
-static void neonbf16_override(rope_kernels *k)
+static void neonbf16_override(rope_kernels *k) /* on "neon"'s kernels */
 {
-    neon_override(k);
     k->rot[ROPE_BF16][ROPE_INTERLEAVED] = rope_rot_il_bf16_neonbf16;
     k->rot[ROPE_BF16][ROPE_SPLIT_HALF] = rope_rot_sh_bf16_neonbf16;
 }
 
-const rope_isa rope_isa_neon = {"neon", neon_supported, neon_override};
-const rope_isa rope_isa_neonbf16 = {"neonbf16", neonbf16_supported, neonbf16_override};
+const rope_isa rope_isa_neon = {"neon", neon_supported, neon_override, FEATURES_NEON};
+const rope_isa rope_isa_neonbf16 = {"neonbf16", neonbf16_supported, neonbf16_override, FEATURES_NEONBF16};
 
 #else
 
 static int neon_supported(void) { return 0; }
-const rope_isa rope_isa_neon = {"neon", neon_supported, NULL};
-const rope_isa rope_isa_neonbf16 = {"neonbf16", neon_supported, NULL};
+const rope_isa rope_isa_neon = {"neon", neon_supported, NULL, FEATURES_NEON};
+const rope_isa rope_isa_neonbf16 = {"neonbf16", neon_supported, NULL, FEATURES_NEONBF16};
 
 #endif

@@ -1,0 +1,96 @@
+/* Internal: the kernel ABI, what the scalar specification, every instruction
+ * set and the dispatcher share: the kernel signatures, the kernel table of
+ * one instruction set, its registry entry, and what each storage type's
+ * kernels store and read (element size, row type). Not part of the public
+ * API. The shared argument checks are in checks.h, the thread pool's
+ * interface in threads.h. */
+#ifndef PYROPE_KERNELS_H
+#define PYROPE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pyrope.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ROPE_HAVE_X86 1
+#endif
+#if defined(__aarch64__)
+#define ROPE_HAVE_ARM64 1
+#endif
+
+/* Rotate n_heads head vectors of one token, all at the same angles: pairs
+ * 0..half-1 of head h at x + h*x_sh go to y + h*y_sh (element strides; y may
+ * equal x with y_sh == x_sh). x and y point to the storage type of the
+ * kernel (float, uint16_t bits of float16/bfloat16, double); cos/sin hold
+ * half entries of its arithmetic type (float rows for float32, float16 and
+ * bfloat16, double rows for float64); inverse rotates by minus the angle. */
+#define ROPE_ROT_PARAMS                                                        \
+    const void *x, void *y, int64_t x_sh, int64_t y_sh, int64_t n_heads,      \
+        const void *cos, const void *sin, int64_t half, int inverse
+typedef void (*rope_rot_fn)(ROPE_ROT_PARAMS);
+
+/* Table entries for n_pos positions (positions[p], or start + p when
+ * positions is NULL) and n_freq frequencies; arguments already checked. */
+#define ROPE_TABLE_PARAMS                                                      \
+    const int64_t *positions, int64_t start, int64_t n_pos,                   \
+        const double *inv_freq, int64_t n_freq, double scale,                 \
+        float *cos_out, float *sin_out
+typedef void (*rope_table_f32_fn)(ROPE_TABLE_PARAMS);
+/* The same in float64 (rows for float64 data). */
+#define ROPE_TABLE_F64_PARAMS                                                  \
+    const int64_t *positions, int64_t start, int64_t n_pos,                   \
+        const double *inv_freq, int64_t n_freq, double scale,                 \
+        double *cos_out, double *sin_out
+typedef void (*rope_table_f64_fn)(ROPE_TABLE_F64_PARAMS);
+
+/* The yardstick's pass over bytes p[0..n): XOR with mask (repeated,
+ * little-endian, byte i takes mask byte i mod 4). */
+typedef void (*rope_pass_fn)(unsigned char *p, int64_t n, uint32_t mask);
+
+/* The kernels of one instruction set. */
+typedef struct {
+    rope_rot_fn rot[ROPE_N_DTYPES][2];  /* [dtype][layout] */
+    rope_table_f32_fn table_f32;
+    rope_table_f64_fn table_f64;
+    rope_pass_fn pass;
+} rope_kernels;
+
+/* One entry of the instruction-set registry (dispatch.c's REGISTRY, which
+ * also says which entry, if any, it builds on: its base). Its kernel table
+ * starts as a copy of its base's (the scalar one when it has none);
+ * override replaces what the set does better, so an instruction set can
+ * land one kernel at a time. supported() is only called once its base is
+ * supported, and need only check what the entry adds to it. features names
+ * the CPU flags the entry adds to its base's, as Linux's /proc/cpuinfo
+ * spells them, space-separated: the tests derive from them which entries a
+ * CPU model must offer (`make check-x86-baselines`, `make check-aarch64`). */
+typedef struct {
+    const char *name;
+    int (*supported)(void);              /* CPU and OS can run it */
+    void (*override)(rope_kernels *k);   /* NULL: nothing to replace */
+    const char *features;                /* "" for none */
+} rope_isa;
+
+/* Kernels of the instruction set chosen now (dispatch.c). */
+const rope_kernels *rope_active_kernels(void);
+/* Kernel table of registry entry isa (NULL if out of range), whether or not
+ * this CPU can run it: for tests that compare every entry with the scalar
+ * one (check rope_isa_supported before calling its kernels). */
+const rope_kernels *rope_isa_kernels(int isa);
+/* For the tests: the registry entry entry isa builds on (-1: none, or isa
+ * out of range) and the CPU flags it adds (NULL if out of range). */
+int rope_isa_base(int isa);
+const char *rope_isa_features(int isa);
+
+/* Bytes per element of each storage type, from the list. */
+#define ROPE_ELEM_SIZE_(code, sfx, T, A, name) [code] = (int64_t)sizeof(T),
+static const int64_t ROPE_ELEM_SIZE[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_ELEM_SIZE_)};
+#undef ROPE_ELEM_SIZE_
+
+/* Is the arithmetic type of storage type dtype double (its rows are double)? */
+#define ROPE_WIDE_(code, sfx, T, A, name) [code] = sizeof(A) == sizeof(double),
+static const int ROPE_WIDE_ROWS[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(ROPE_WIDE_)};
+#undef ROPE_WIDE_
+
+#endif

@@ -1,0 +1,26 @@
+/* The scalar entry of the instruction-set registry: the specification,
+ * always supported, and its kernel table, which every other entry's starts
+ * from (rope_scalar_kernels): the scalar rotation kernels of every storage
+ * type in the list (rotate.c), the tables (table.c, table_f64.c) and the
+ * yardstick's byte-wise pass. */
+#include "scalar.h"
+
+static int scalar_supported(void) { return 1; }
+
+static void pass_scalar(unsigned char *p, int64_t n, uint32_t mask)
+{
+    for (int64_t i = 0; i < n; i++)
+        p[i] ^= (unsigned char)(mask >> (8 * (i & 3)));
+}
+
+const rope_isa rope_isa_scalar = {"scalar", scalar_supported, NULL, ""};
+
+#define ROPE_SCALAR_ROW_(code, sfx, T, A, name) \
+    [code] = {rope_rot_il_##sfx##_scalar, rope_rot_sh_##sfx##_scalar},
+
+const rope_kernels rope_scalar_kernels = {
+    .rot = {ROPE_STORAGE_TYPES(ROPE_SCALAR_ROW_)},
+    .table_f32 = rope_table_f32_scalar,
+    .table_f64 = rope_table_f64_scalar,
+    .pass = pass_scalar,
+};

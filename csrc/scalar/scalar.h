@@ -1,0 +1,23 @@
+/* Internal: the scalar kernels, the specification every instruction set
+ * must match bit for bit (rotate.c, table.c, table_f64.c), and the scalar
+ * registry entry (isa_scalar.c), whose kernel table is where every other
+ * entry's starts. */
+#ifndef PYROPE_SCALAR_H
+#define PYROPE_SCALAR_H
+
+#include "core/kernels.h"
+
+/* The scalar kernels (rotate.c, table.c, table_f64.c), one rotation
+ * kernel per (layout, storage type): rope_rot_{il,sh}_<suffix>_scalar. */
+#define ROPE_DECLARE_SCALAR_ROT_(code, sfx, T, A, name)                         \
+    void rope_rot_il_##sfx##_scalar(ROPE_ROT_PARAMS);                          \
+    void rope_rot_sh_##sfx##_scalar(ROPE_ROT_PARAMS);
+ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
+void rope_table_f32_scalar(ROPE_TABLE_PARAMS);
+void rope_table_f64_scalar(ROPE_TABLE_F64_PARAMS);
+
+/* The scalar entry of the registry and its kernel table. */
+extern const rope_isa rope_isa_scalar;
+extern const rope_kernels rope_scalar_kernels;
+
+#endif
