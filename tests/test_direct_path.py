@@ -186,8 +186,8 @@ def test_a_repeated_call_is_a_memo_hit(paths, rng):
     assert paths.planned == 8
 
 
-def test_the_inline_keys_are_direct_key(rng):
-    # The direct path builds its memo keys inline; direct_key is their definition.
+def test_every_call_is_memoised_under_direct_key(rng):
+    # apply and apply_qk key their memo entries with direct_key, the one definition.
     rope = Rope(16, layout="interleaved")
     x = rng.standard_normal((2, 3, 4, 16)).astype(np.float32)
     k = rng.standard_normal((2, 3, 1, 16)).astype(np.float32)
@@ -204,7 +204,8 @@ def test_the_inline_keys_are_direct_key(rng):
     for arrays, outs, run in cases:
         _plan.CALLS.clear()
         run()
-        key = _plan.direct_key(arrays, -3, False, rope._plan_key, outs)
+        marks = [m for a, o in zip(arrays, outs) for m in (a, _plan.out_mark(a, o))]
+        key = _plan.direct_key(rope._plan_tag, -3, False, *marks)
         assert list(_plan.CALLS) == [key] and _plan.CALLS[key] is not None
 
 
