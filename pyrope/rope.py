@@ -4,6 +4,7 @@ A ``Rope`` is immutable once built: its layout, head_dim, rotary_dim,
 float64 inverse frequencies and attention factor define one position function.
 """
 import builtins
+import sys
 
 import numpy as np
 
@@ -630,7 +631,20 @@ _GENERAL = object()  # an output the direct path does not take
 _direct_key = _plan.direct_key
 
 
-_may_share = np.may_share_memory
+def _shared_memory_test():
+    """``np.may_share_memory`` for exact ndarrays: the C function it dispatches
+    to (half its cost on a decode call: no ``__array_function__`` look-up,
+    which exact ndarrays never override), or the public one where numpy keeps
+    it elsewhere."""
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        module = sys.modules.get(name)
+        test = getattr(module, "may_share_memory", None)
+        if test is not None:
+            return test
+    return np.may_share_memory
+
+
+_may_share = _shared_memory_test()   # callers pass exact ndarrays only
 
 
 def _window64(rope):
