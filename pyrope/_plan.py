@@ -486,16 +486,26 @@ def plan_tag(rope_key):
     return f"{layout}/{rotary_dim}/{head_dim}"
 
 
+C_ORDER = "C"   # a key's strides of a C-contiguous array
+
+
 def direct_key(tag, seq_axis, inverse, x, mark, k=None, k_mark=None):
     """The memo key of :func:`direct_call`, the one definition every caller
     uses: the array's (q's) shape and strides and its output's ``mark``
     (:func:`out_mark`), k's and ``k_mark`` for a call of q and k, the dtype,
     the options, and ``tag`` (:func:`plan_tag` of the rope's layout,
     rotary_dim and head_dim). No pointer enters it: a decode loop writing
-    into successive slots of a cache hits the same entry every step."""
+    into successive slots of a cache hits the same entry every step.
+
+    The strides of a C-contiguous array are :data:`C_ORDER`: such arrays of
+    one shape and dtype are planned alike whatever strides numpy gives their
+    axes of length one (the kernel never steps along those, and the planner
+    reads none of them), and the flag costs a decode call less than the
+    strides tuple (it is built, hashed and compared every call)."""
     if k is None:
-        return (x.shape, x.strides, mark, x.dtype, seq_axis, inverse, tag)
-    return (x.shape, x.strides, mark, k.shape, k.strides, k_mark, x.dtype, seq_axis, inverse, tag)
+        return (x.shape, C_ORDER if x.flags.c_contiguous else x.strides, mark, x.dtype, seq_axis, inverse, tag)
+    return (x.shape, C_ORDER if x.flags.c_contiguous else x.strides, mark,
+            k.shape, C_ORDER if k.flags.c_contiguous else k.strides, k_mark, x.dtype, seq_axis, inverse, tag)
 
 
 def fresh_result(x):
@@ -513,10 +523,11 @@ def _first_element(a):
 
 def _addressable(a):
     """Can the kernel address ``a`` from its first element, whatever the data
-    pointer? (Contiguous last axis, element-multiple strides, batch dims that
-    merge.) The pointer's alignment is checked per call, by C."""
+    pointer? (Contiguous last axis, strides that are element multiples on the
+    axes longer than one, the only ones the kernel steps along.) The
+    pointer's alignment is checked per call, by C."""
     item = a.itemsize
-    return a.strides[-1] == item and all(s % item == 0 for s in a.strides)
+    return a.strides[-1] == item and all(s % item == 0 for n, s in zip(a.shape, a.strides) if n != 1)
 
 
 def plan_direct(arrays, outs, seq_axis, inverse, rope_key):

@@ -209,6 +209,24 @@ def test_every_call_is_memoised_under_direct_key(rng):
         assert list(_plan.CALLS) == [key] and _plan.CALLS[key] is not None
 
 
+def test_c_contiguous_arrays_share_a_plan_whatever_their_length_one_strides(paths, rng):
+    # numpy gives an axis of length one any stride and still calls the array
+    # C-contiguous; the kernel never steps along it, so the key holds the flag.
+    rope = Rope(16, layout="split_half")
+    x = rng.standard_normal((1, 3, 4, 16)).astype(np.float32)
+    rope.apply(x, offset=5, **GENERAL)
+    want = rope.apply(x, offset=5, **GENERAL)
+    for batch_stride in (x.strides[0], 8, 3, -4096):
+        odd = np.lib.stride_tricks.as_strided(x.copy(), x.shape, (batch_stride,) + x.strides[1:])
+        assert odd.flags.c_contiguous
+        got = paths.direct(rope.apply, odd, offset=5)
+        assert np.array_equal(bits(got), bits(want))
+        inplace = np.lib.stride_tricks.as_strided(x.copy(), x.shape, (batch_stride,) + x.strides[1:])
+        assert paths.direct(rope.apply, inplace, offset=5, out=inplace) is inplace
+        assert np.array_equal(bits(inplace), bits(want))
+    assert paths.planned == 2   # a new result, in place
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("seq_axis", [-3, -2])
 @pytest.mark.parametrize("kind", ["offset", "positions [seq]", "positions [*batch, seq]"])
