@@ -402,7 +402,7 @@ class Rope:
                 if call is not None:
                     result = _plan.fresh_result(x) if out is None else out
                     rows = _window64(self) if call.wide else self._tables.window
-                    if rows is not None and call.launch((x,), (result,), rows.angles, positions, offset, "Rope.apply"):
+                    if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
                         return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
 
@@ -797,7 +797,7 @@ class _PreparedApply(PreparedRotation):
         if result is x or mode is _FRESH or not _may_share(x, result):
             call = self._call
             rows = _window64(rope) if call.wide else rope._tables.window
-            if rows is not None and call.launch((x,), (result,), rows.angles, positions, offset, "prepared rotation"):
+            if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "prepared rotation"):
                 return result
         return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
 
