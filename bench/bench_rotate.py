@@ -47,7 +47,7 @@ def test_call_overhead(benchmark, results):
     k = x[:, :, :8].copy()
     rope.apply(x, offset=1000, out=x)   # builds the rows
     rope.apply(x, offset=1000, out=x)   # plans the direct call
-    call = _plan.CALLS[_plan.direct_key((x,), -3, False, rope._plan_key)]
+    call = _plan.CALLS[_plan.direct_key(rope._plan_tag, -3, False, x, None)]
     op, _, _, tensors, angles, _ = call._local.bound
 
     def c_call():

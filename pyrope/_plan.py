@@ -358,8 +358,7 @@ class Plan:
         sources, results = zip(*self.buffers)
         if positions is not None:
             positions = positions_apart(positions, results)
-        status = self.call.run(sources, results, template, positions, offset, strides, sections)
-        _kernel.raise_for_status(status, where)
+        self.call.launch(sources, results, template, positions, offset, where, strides, sections, False)
         if self.write_back:
             commit(self.write_back)
         return self.outputs
@@ -446,7 +445,8 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     plan.n_seq = first.shape[1]
     plan.call = _kernel.Call(first.dtype, layout, inverse, first.shape[0], first.shape[1], first.shape[3],
                              rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
-                                          for s, d in plan.buffers])
+                                          for s, d in plan.buffers],
+                             [(_first_element(s), _first_element(d)) for s, d in plan.buffers])
     return plan
 
 
@@ -486,21 +486,26 @@ def plan_tag(rope_key):
     return f"{layout}/{rotary_dim}/{head_dim}"
 
 
-def direct_key(arrays, seq_axis, inverse, rope_key, outs=None):
-    """The memo key of :func:`direct_call`: each array's shape and strides and
-    its output's mark (:func:`out_mark`; ``outs`` None: every array in place),
-    the dtype, the options, and ``rope_key`` (layout, rotary_dim, head_dim) of
-    the rope. No pointer enters it: a decode loop writing into successive
-    slots of a cache hits the same entry every step. The direct path builds
-    the same tuples inline (tests hold the two equal)."""
-    outs = arrays if outs is None else outs
-    tag = plan_tag(rope_key)
-    if len(arrays) == 1:
-        x = arrays[0]
-        return (x.shape, x.strides, out_mark(x, outs[0]), x.dtype, seq_axis, inverse, tag)
-    q, k = arrays
-    return (q.shape, q.strides, out_mark(q, outs[0]), k.shape, k.strides, out_mark(k, outs[1]), q.dtype,
-            seq_axis, inverse, tag)
+C_ORDER = "C"   # a key's strides of a C-contiguous array
+
+
+def direct_key(tag, seq_axis, inverse, x, mark, k=None, k_mark=None):
+    """The memo key of :func:`direct_call`, the one definition every caller
+    uses: the array's (q's) shape and strides and its output's ``mark``
+    (:func:`out_mark`), k's and ``k_mark`` for a call of q and k, the dtype,
+    the options, and ``tag`` (:func:`plan_tag` of the rope's layout,
+    rotary_dim and head_dim). No pointer enters it: a decode loop writing
+    into successive slots of a cache hits the same entry every step.
+
+    The strides of a C-contiguous array are :data:`C_ORDER`: such arrays of
+    one shape and dtype are planned alike whatever strides numpy gives their
+    axes of length one (the kernel never steps along those, and the planner
+    reads none of them), and the flag costs a decode call less than the
+    strides tuple (it is built, hashed and compared every call)."""
+    if k is None:
+        return (x.shape, C_ORDER if x.flags.c_contiguous else x.strides, mark, x.dtype, seq_axis, inverse, tag)
+    return (x.shape, C_ORDER if x.flags.c_contiguous else x.strides, mark,
+            k.shape, C_ORDER if k.flags.c_contiguous else k.strides, k_mark, x.dtype, seq_axis, inverse, tag)
 
 
 def fresh_result(x):
@@ -518,10 +523,11 @@ def _first_element(a):
 
 def _addressable(a):
     """Can the kernel address ``a`` from its first element, whatever the data
-    pointer? (Contiguous last axis, element-multiple strides, batch dims that
-    merge.) The pointer's alignment is checked per call, by C."""
+    pointer? (Contiguous last axis, strides that are element multiples on the
+    axes longer than one, the only ones the kernel steps along.) The
+    pointer's alignment is checked per call, by C."""
     item = a.itemsize
-    return a.strides[-1] == item and all(s % item == 0 for s in a.strides)
+    return a.strides[-1] == item and all(s % item == 0 for n, s in zip(a.shape, a.strides) if n != 1)
 
 
 def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
@@ -567,9 +573,8 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
         tensors.append((v.shape[2], element_strides(v), element_strides(w)))
         firsts.append((_first_element(x), _first_element(result)))
     v = as_4d(token_view(first, seq_axis))
-    call = _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors)
-    call.set_firsts(firsts)
-    return call, None
+    return _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors,
+                        firsts), None
 
 
 def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):
@@ -589,3 +594,4 @@ def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):
         CALLS.clear()
     CALLS[key] = call
     return call
+

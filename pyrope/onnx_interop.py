@@ -157,19 +157,16 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
     layout = "interleaved" if interleaved else "split_half"
     cos_ptr, sin_ptr = _kernel.float_pointers(cos_t, sin_t)
     template = _kernel.angle_template(_DUMMY_FREQ_PTR, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
-    if tok.flags.aligned:
-        # the planner's memoised Call for these shapes and strides: a repeated
-        # (decode) call is a lookup, not a plan
-        rope_key = (layout, rot, head)
-        key = _plan.direct_key((tok,), -3, False, rope_key, (out_tok,))
-        call = _plan.CALLS.get(key, _plan.UNPLANNED)
-        if call is _plan.UNPLANNED:
-            call = _plan.direct_call(key, (tok,), -3, False, rope_key, (out_tok,))
-        if call is not None:
-            status = call.run_direct_n((tok,), (out_tok,), template, 0, rows, _plan.position_strides(rows))
-            if status != _kernel.MISALIGNED:   # else C wrote nothing: the general path copies
-                _kernel.raise_for_status(status, "onnx_rotary_embedding")
-                return out
+    # the planner's memoised Call for these shapes and strides: a repeated
+    # (decode) call is a lookup, not a plan; the launcher falls back (nothing
+    # written) for what it cannot take, e.g. a misaligned input
+    rope_key = (layout, rot, head)
+    key = _plan.direct_key(_plan.plan_tag(rope_key), -3, False, tok, out_tok.strides)
+    call = _plan.CALLS.get(key, _plan.UNPLANNED)
+    if call is _plan.UNPLANNED:
+        call = _plan.direct_call(key, (tok,), -3, False, rope_key, (out_tok,))
+    if call is not None and call.launch((tok,), (out_tok,), template, rows, 0, "onnx_rotary_embedding"):
+        return out
     plan = _plan.plan_rotation([("input", tok, out_tok, "output")], -3, layout, False, rot)
     plan.run(template, rows, 0, "onnx_rotary_embedding")
     return out

@@ -6,6 +6,7 @@ float64 inverse frequencies and attention factor define one position function.
 import builtins
 import copy
 import dataclasses
+import sys
 
 import numpy as np
 
@@ -423,9 +424,8 @@ class Rope:
         """
         if inverse is not False and inverse is not True:
             inverse = as_bool("inverse", inverse)
-        # The direct path (see "the direct path" below), inline: a decode call
-        # is mostly the Python around its C call. -3.0 == -3, so only an int
-        # seq_axis may look a plan up.
+        # The direct path (see "the direct path" below): a memo hit, then the
+        # launcher. -3.0 == -3, so only an int seq_axis may look a plan up.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(x) is _ndarray
                 and type(offset) is int and type(seq_axis) is int):
             if out is x:
@@ -437,26 +437,14 @@ class Rope:
             else:
                 mark = _GENERAL
             if mark is not _GENERAL:
-                call = _plan.CALLS.get((x.shape, x.strides, mark, x.dtype, seq_axis, inverse, self._plan_tag),
-                                       _UNPLANNED)
+                key = _direct_key(self._plan_tag, seq_axis, inverse, x, mark)
+                call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
-                    call = _plan.direct_call(_plan.direct_key((x,), seq_axis, inverse, self._plan_key, (out,)),
-                                             (x,), seq_axis, inverse, self._plan_key, (out,))
+                    call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,))
                 if call is not None:
                     result = _plan.fresh_result(x) if out is None else out
-                    if positions is None:
-                        tables = self._tables64 if call.wide else self._tables
-                        window = None if tables is None else tables.window
-                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
-                            try:
-                                status = call.run_direct(x, result, window.angles, offset)
-                            except builtins.ValueError:  # a read-only output: the general path names it
-                                status = -1
-                            if not status:
-                                return result
-                            if status > 0 and status not in _FALL_BACK:
-                                _kernel.raise_for_status(status, "Rope.apply")
-                    elif _launch(self, call, (x,), (result,), positions, offset, "Rope.apply"):
+                    rows = _window64(self) if call.wide else self._tables.window
+                    if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
                         return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
 
@@ -470,7 +458,7 @@ class Rope:
         rotated: pass only q and k. See :meth:`apply` for the rest, torch
         tensors and autograd included.
         """
-        # The direct path, inline as in apply.
+        # The direct path, as in apply.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(q) is _ndarray
                 and type(k) is _ndarray and type(offset) is int
                 and type(seq_axis) is int and k.dtype is q.dtype):
@@ -483,30 +471,17 @@ class Rope:
             else:
                 marks = None
             if marks is not None and not _may_share(q, k):
-                call = _plan.CALLS.get((q.shape, q.strides, marks[0], k.shape, k.strides, marks[1], q.dtype,
-                                        seq_axis, False, self._plan_tag), _UNPLANNED)
+                key = _direct_key(self._plan_tag, seq_axis, False, q, marks[0], k, marks[1])
+                call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
-                    call = _plan.direct_call(_plan.direct_key((q, k), seq_axis, False, self._plan_key, (qo, ko)),
-                                             (q, k), seq_axis, False, self._plan_key, (qo, ko))
+                    call = _plan.direct_call(key, (q, k), seq_axis, False, self._plan_key, (qo, ko))
                 if call is not None:
-                    if qo is None:
-                        qo = _plan.fresh_result(q)
-                    if ko is None:
-                        ko = _plan.fresh_result(k)
-                    if positions is None:
-                        tables = self._tables64 if call.wide else self._tables
-                        window = None if tables is None else tables.window
-                        if window is not None and window.start <= offset and offset + call.n_seq <= window.stop:
-                            try:
-                                status = call.run_direct2(q, qo, k, ko, window.angles, offset)
-                            except builtins.ValueError:  # a read-only output: the general path names it
-                                status = -1
-                            if not status:
-                                return qo, ko
-                            if status > 0 and status not in _FALL_BACK:
-                                _kernel.raise_for_status(status, "Rope.apply_qk")
-                    elif _launch(self, call, (q, k), (qo, ko), positions, offset, "Rope.apply_qk"):
-                        return qo, ko
+                    results = (_plan.fresh_result(q) if qo is None else qo,
+                               _plan.fresh_result(k) if ko is None else ko)
+                    rows = _window64(self) if call.wide else self._tables.window
+                    if rows is not None and call.launch((q, k), results, rows.angles, positions, offset,
+                                                        "Rope.apply_qk"):
+                        return results
         return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
 
     # ---- prepared calls (a backend's decode loop) ------------------------------
@@ -680,22 +655,44 @@ class _Job:
 # int64 positions of shape [seq] or [*batch, seq], cached table rows, results
 # in place, new, or written into another array such as a slice of a KV cache)
 # the planner's memoised Call holds the descriptors, so a call is a dict
-# lookup on shapes and strides, a window check, the pointers and one C call.
-# What depends on the pointers is checked per call: outputs must not share a
-# byte's bounds with another array (else the general path decides: copies or
-# a refusal), written arrays must be writeable (their buffers are exported
-# writable), and C checks alignment, every position, and that no output
-# meets the positions (which the general path then copies) before writing.
-# A miss anywhere returns None and the general, fully checked path runs (and
-# grows the cache).
+# lookup on shapes and strides (_plan.direct_key), then the launcher
+# (_kernel.Call.launch): the pointers and one C call. Prepared calls skip the
+# lookup and run the same launcher. What depends on the pointers is checked
+# per call: here, that no output shares a byte's bounds with another array
+# (else the general path decides: copies or a refusal); in the launcher and
+# C, the rest (writeable outputs, alignment, every position against the
+# rows, outputs apart from the positions). A miss anywhere runs the general,
+# fully checked path, which grows the rows.
 
 _ndarray = np.ndarray
-_may_share = np.may_share_memory
 _UNPLANNED = _plan.UNPLANNED
 _FRESH = _plan.FRESH
-# C wrote nothing: the general path copes (rows, an aligned copy, a copy of the positions)
-_FALL_BACK = (_kernel.POSITION_MISS, _kernel.MISALIGNED, _kernel.OVERLAP)
 _GENERAL = object()  # an output the direct path does not take
+_direct_key = _plan.direct_key
+
+
+def _shared_memory_test():
+    """``np.may_share_memory`` for exact ndarrays: the C function it dispatches
+    to (half its cost on a decode call: no ``__array_function__`` look-up,
+    which exact ndarrays never override), or the public one where numpy keeps
+    it elsewhere."""
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        module = sys.modules.get(name)
+        test = getattr(module, "may_share_memory", None)
+        if test is not None:
+            return test
+    return np.may_share_memory
+
+
+_may_share = _shared_memory_test()   # callers pass exact ndarrays only
+
+
+def _window64(rope):
+    """The window of float64 rows ``rope`` keeps (for float64 arrays; the
+    others read ``rope._tables.window``, float32 rows), or None: none yet.
+    Whether a call's positions lie in a window is C's check: the launcher
+    falls back and the general path grows the rows."""
+    return rope._rows_for(np.float64).window
 
 
 def _qk_marks(q, k, qo, ko):
@@ -717,53 +714,6 @@ def _qk_marks(q, k, qo, ko):
     if type(qo) is _ndarray and type(ko) is _ndarray and qo is not q and ko is not k and _may_share(qo, ko):
         return None
     return marks
-
-
-def _position_strides(positions, offset, n_seq, x):
-    """Element strides (batch, seq, 0) under which C reads ``positions`` for the
-    direct path, or None when they need the general path (not a C-contiguous,
-    aligned int64 array of shape [seq] or x's [*batch, seq], or with an offset)."""
-    if type(positions) is not _ndarray or offset != 0 or positions.dtype != np.int64 or not positions.size:
-        return None
-    pflags = positions.flags
-    if not pflags.c_contiguous or not pflags.aligned:
-        return None
-    if positions.shape == (n_seq,):
-        return (0, 1, 0)
-    if positions.shape == x.shape[:-3] + (n_seq,):
-        return (n_seq, 1, 0)
-    return None
-
-
-def _launch(rope, call, sources, results, positions, offset, where):
-    """Run a direct ``call`` of any number of tensors with the rope's cached
-    rows: True when done, False when the general path must run (rows not
-    cached, positions in another form, a read-only output, a misaligned
-    pointer, a position outside the rows, positions within an output's
-    bounds: nothing was written). Other C refusals raise, naming ``where``."""
-    tables = rope._tables64 if call.wide else rope._tables
-    if tables is None or (window := tables.window) is None:
-        return False
-    if positions is None:
-        if offset < window.start or offset + call.n_seq > window.stop:
-            return False
-        strides = None
-    elif (strides := _position_strides(positions, offset, call.n_seq, sources[0])) is None:
-        return False
-    try:
-        if positions is None and call.n_tensors == 1:
-            status = call.run_direct(sources[0], results[0], window.angles, offset)
-        elif positions is None and call.n_tensors == 2:
-            status = call.run_direct2(sources[0], results[0], sources[1], results[1], window.angles, offset)
-        else:
-            status = call.run_direct_n(sources, results, window.angles, offset, positions, strides)
-    except builtins.ValueError:  # an output that is read-only: the general path names it
-        return False
-    if status:
-        if status in _FALL_BACK:
-            return False
-        _kernel.raise_for_status(status, where)
-    return True
 
 
 # ---- prepared calls -------------------------------------------------------------------
@@ -885,7 +835,9 @@ class _PreparedApply(PreparedRotation):
             result = _plan.fresh_result(x) if mode is _FRESH else out
         rope = self._rope
         if result is x or mode is _FRESH or not _may_share(x, result):
-            if _launch(rope, self._call, (x,), (result,), positions, offset, "prepared rotation"):
+            call = self._call
+            rows = _window64(rope) if call.wide else rope._tables.window
+            if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "prepared rotation"):
                 return result
         return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
 
@@ -923,6 +875,9 @@ class _PreparedApplyQK(PreparedRotation):
         if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
                 or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
                 or (qo is not q and ko is not k and _may_share(qo, ko))):
-            if _launch(rope, self._call, (q, k), results, positions, offset, "prepared rotation"):
+            call = self._call
+            rows = _window64(rope) if call.wide else rope._tables.window
+            if rows is not None and call.launch((q, k), results, rows.angles, positions, offset,
+                                                "prepared rotation"):
                 return results
         return _general_qk(rope, q, k, positions, offset, self._seq_axis, results, "auto")

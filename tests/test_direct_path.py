@@ -186,8 +186,8 @@ def test_a_repeated_call_is_a_memo_hit(paths, rng):
     assert paths.planned == 8
 
 
-def test_the_inline_keys_are_direct_key(rng):
-    # The direct path builds its memo keys inline; direct_key is their definition.
+def test_every_call_is_memoised_under_direct_key(rng):
+    # apply and apply_qk key their memo entries with direct_key, the one definition.
     rope = Rope(16, layout="interleaved")
     x = rng.standard_normal((2, 3, 4, 16)).astype(np.float32)
     k = rng.standard_normal((2, 3, 1, 16)).astype(np.float32)
@@ -204,8 +204,27 @@ def test_the_inline_keys_are_direct_key(rng):
     for arrays, outs, run in cases:
         _plan.CALLS.clear()
         run()
-        key = _plan.direct_key(arrays, -3, False, rope._plan_key, outs)
+        marks = [m for a, o in zip(arrays, outs) for m in (a, _plan.out_mark(a, o))]
+        key = _plan.direct_key(rope._plan_tag, -3, False, *marks)
         assert list(_plan.CALLS) == [key] and _plan.CALLS[key] is not None
+
+
+def test_c_contiguous_arrays_share_a_plan_whatever_their_length_one_strides(paths, rng):
+    # numpy gives an axis of length one any stride and still calls the array
+    # C-contiguous; the kernel never steps along it, so the key holds the flag.
+    rope = Rope(16, layout="split_half")
+    x = rng.standard_normal((1, 3, 4, 16)).astype(np.float32)
+    rope.apply(x, offset=5, **GENERAL)
+    want = rope.apply(x, offset=5, **GENERAL)
+    for batch_stride in (x.strides[0], 8, 3, -4096):
+        odd = np.lib.stride_tricks.as_strided(x.copy(), x.shape, (batch_stride,) + x.strides[1:])
+        assert odd.flags.c_contiguous
+        got = paths.direct(rope.apply, odd, offset=5)
+        assert np.array_equal(bits(got), bits(want))
+        inplace = np.lib.stride_tricks.as_strided(x.copy(), x.shape, (batch_stride,) + x.strides[1:])
+        assert paths.direct(rope.apply, inplace, offset=5, out=inplace) is inplace
+        assert np.array_equal(bits(inplace), bits(want))
+    assert paths.planned == 2   # a new result, in place
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

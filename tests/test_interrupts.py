@@ -25,14 +25,15 @@ def unmergeable(rng, heads):
 
 
 def interrupt_after_the_call(monkeypatch):
-    """Calls through ``_kernel.Call.run`` complete in C, then Python delivers
-    a KeyboardInterrupt before the next bytecode of the caller."""
-    run = _kernel.Call.run
+    """Calls through ``_kernel.Call.launch`` (every rotation) complete in C,
+    then Python delivers a KeyboardInterrupt before the next bytecode of the
+    caller."""
+    launch = _kernel.Call.launch
 
-    def run_then_interrupt(self, *args, **kwargs):
-        run(self, *args, **kwargs)
+    def launch_then_interrupt(self, *args, **kwargs):
+        launch(self, *args, **kwargs)
         raise KeyboardInterrupt
-    monkeypatch.setattr(_kernel.Call, "run", run_then_interrupt)
+    monkeypatch.setattr(_kernel.Call, "launch", launch_then_interrupt)
 
 
 def interrupt_between_copies(monkeypatch, at=0):

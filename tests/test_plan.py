@@ -718,8 +718,14 @@ def test_plan_rotation_reads_a_copy_of_a_source_an_output_overlaps():
 ROPE_KEY = ("split_half", 8, 8)
 
 
+def _key(arrays, seq_axis=-3, inverse=False, rope_key=ROPE_KEY):
+    """The memo key of ``arrays`` rotated in place."""
+    marks = [a for x in arrays for a in (x, None)]
+    return _plan.direct_key(_plan.plan_tag(rope_key), seq_axis, inverse, *marks)
+
+
 def _direct(arrays, seq_axis=-3, inverse=False, rope_key=ROPE_KEY):
-    key = _plan.direct_key(arrays, seq_axis, inverse, rope_key)
+    key = _key(arrays, seq_axis, inverse, rope_key)
     call = _plan.direct_call(key, arrays, seq_axis, inverse, rope_key)
     assert key in _plan.CALLS and _plan.CALLS[key] is call
     return call
@@ -765,14 +771,15 @@ def test_direct_call_descriptors_against_brute_force(dtype, seq_axis):
 
 def test_direct_keys_tell_calls_apart():
     a = np.zeros((2, 3, 4, 8), np.float32)
-    keys = {_plan.direct_key((a,), -3, False, ROPE_KEY), _plan.direct_key((a,), -2, False, ROPE_KEY),
-            _plan.direct_key((a,), -3, True, ROPE_KEY), _plan.direct_key((a.astype(np.float64),), -3, False, ROPE_KEY),
-            _plan.direct_key((a[:1].copy(),), -3, False, ROPE_KEY),
-            _plan.direct_key((a,), -3, False, ("interleaved", 8, 8)),
-            _plan.direct_key((a,), -3, False, ("split_half", 6, 8)),
-            _plan.direct_key((a, a), -3, False, ROPE_KEY), _plan.direct_key((a, a[:, :, :1]), -3, False, ROPE_KEY)}
+    keys = {_key((a,)), _key((a,), -2), _key((a,), -3, True), _key((a.astype(np.float64),)),
+            _key((a[:1].copy(),)), _key((a,), -3, False, ("interleaved", 8, 8)),
+            _key((a,), -3, False, ("split_half", 6, 8)), _key((a, a)), _key((a, a[:, :, :1]))}
     assert len(keys) == 9
-    assert _plan.direct_key((a,), -3, False, ROPE_KEY) == _plan.direct_key((a.copy(),), -3, False, ROPE_KEY)
+    assert _key((a,)) == _key((a.copy(),))
+    # outputs: in place, new and another array's strides are other entries
+    b = np.zeros((2, 5, 4, 8), np.float32)[:, 1:4]
+    tag = _plan.plan_tag(ROPE_KEY)
+    assert len({_plan.direct_key(tag, -3, False, a, _plan.out_mark(a, out)) for out in (a, None, b)}) == 3
 
 
 def test_the_memo_is_bounded(monkeypatch):
