@@ -1,5 +1,5 @@
 """Shared fixtures: run kernel tests on every instruction set this CPU has;
-the plain-Python scaling rules (tests/reference_rules.py) as the oracle."""
+the plain-Python scaling rules (tests/support/reference_rules.py) as the oracle."""
 import numpy as np
 import pytest
 
@@ -21,7 +21,7 @@ def rng():
 
 @pytest.fixture(scope="session")
 def ref():
-    """The plain-Python scaling rules of tests/reference_rules.py (no pyrope imports)."""
+    """The plain-Python scaling rules of tests/support/reference_rules.py (no pyrope imports)."""
     import reference_rules
     return reference_rules
 
