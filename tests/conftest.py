@@ -1,5 +1,7 @@
 """Shared fixtures: run kernel tests on every instruction set this CPU has;
-the plain-Python scaling rules (tests/support/reference_rules.py) as the oracle."""
+a seeded generator; the thread count restored; the plain-Python scaling rules
+(tests/support/reference_rules.py) as the oracle. Each folder's conftest.py
+holds what only its tests use; the helper modules are in tests/support."""
 import numpy as np
 import pytest
 
@@ -17,6 +19,14 @@ def isa(request):
 def rng():
     """A seeded generator, so every failure reproduces."""
     return np.random.default_rng(20261129)
+
+
+@pytest.fixture
+def threads():
+    """Restore the thread count after the test."""
+    before = pyrope.get_num_threads()
+    yield
+    pyrope.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -17,15 +17,12 @@ import pytest
 import pyrope
 from pyrope import Rope, reference
 from pyrope._kernel import ffi, lib
+from array_bits import bits
 from kernel_api import address, c_rotate
 from tolerance import F64_ULPS, pair_magnitudes, reference_rotation
 
 LAYOUTS = ["interleaved", "split_half"]
 E64 = 2.0**-52
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(np.uint64)
 
 
 def ulps(got, want, x, rotary_dim, layout, factor=1.0):

@@ -3,13 +3,10 @@ import numpy as np
 import pytest
 
 from pyrope import Rope, reference
+from array_bits import bits
 from tolerance import EPS32
 
 LAYOUTS = ["interleaved", "split_half"]
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(np.uint32)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -8,16 +8,13 @@ import pytest
 import ml_dtypes
 import pyrope
 from pyrope import Rope, RopeError, reference
+from array_bits import bits
 from tolerance import assert_rotation_close
 
 LAYOUTS = ["interleaved", "split_half"]
 SECTIONS = [((2, 3, 3), False), ((3, 3, 2), True), ((1, 2, 2, 3), False), ((2, 2, 2, 2), True),
             ((2, 3, 3), True)]    # interleaved counts that transformers' rule cannot honour: its map rules
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def reference_rotation(rope, x, pos, inverse=False):

@@ -2,7 +2,6 @@
 a KV cache: the values (the reference, and the general path's bits), the
 cache bytes outside the slice, the memo hit on successive slots, overlapping
 arguments and bad outputs."""
-import sys
 import threading
 
 import ml_dtypes
@@ -10,48 +9,17 @@ import numpy as np
 import pytest
 
 from pyrope import Rope, _plan
+from array_bits import bits
 from tolerance import assert_rotation_close, reference_rotation
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 GENERAL = {"angles": "table"}   # the general path (planner), with the same cached rows
-ROPE_MODULE = sys.modules["pyrope.rope"]
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
 
 
 def garbage(shape, dtype, rng):
     """Cache contents that no rotation produces by accident (NaNs included)."""
     raw = rng.integers(0, 256, size=(int(np.prod(shape)) * np.dtype(dtype).itemsize,), dtype=np.uint8)
     return raw.view(dtype).reshape(shape)
-
-
-class Paths:
-    """Counts general-path calls (``_Job``) and plans (``direct_call``)."""
-
-    def __init__(self, monkeypatch):
-        self.general = self.planned = 0
-        paths, job, plan = self, ROPE_MODULE._Job, _plan.direct_call
-
-        class CountedJob(job):
-            def __init__(self, *args, **kwargs):
-                paths.general += 1
-                super().__init__(*args, **kwargs)
-
-        def counted_plan(*args):
-            paths.planned += 1
-            return plan(*args)
-
-        monkeypatch.setattr(ROPE_MODULE, "_Job", CountedJob)
-        monkeypatch.setattr(_plan, "direct_call", counted_plan)
-        monkeypatch.setattr(_plan, "CALLS", {})
-
-
-@pytest.fixture
-def paths(monkeypatch):
-    return Paths(monkeypatch)
 
 
 def tokens(a, seq_axis):

@@ -8,14 +8,11 @@ import pytest
 
 import pyrope
 from pyrope import Rope, _plan
+from array_bits import bits
 
 ROPE = Rope(8, layout="split_half", base=100.0)
 SHAPE = (2, 3, 2, 8)     # [batch, seq, heads, head_dim]
 POS = np.array([[3, 9, 4], [0, 2, 7]])
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def _buffer(rng, heads=6):

@@ -4,55 +4,20 @@ per call, clear errors for arrays that do not match the plan, the general
 path for what the plan does not cover."""
 import os
 import re
-import sys
 import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrope import Rope, _plan
+from pyrope import Rope
 from pyrope.rope import PreparedRotation
+from array_bits import bits
 from tolerance import assert_rotation_close, reference_rotation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 GENERAL = {"angles": "table"}
-ROPE_MODULE = sys.modules["pyrope.rope"]
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
-
-
-class Paths:
-    """Counts general-path calls (``_Job``) and plans (``direct_call``, ``plan_direct``)."""
-
-    def __init__(self, monkeypatch):
-        self.general = self.planned = 0
-        paths, job = self, ROPE_MODULE._Job
-        direct_call, plan_direct = _plan.direct_call, _plan.plan_direct
-
-        class CountedJob(job):
-            def __init__(self, *args, **kwargs):
-                paths.general += 1
-                super().__init__(*args, **kwargs)
-
-        def counted(real):
-            def wrapper(*args):
-                paths.planned += 1
-                return real(*args)
-            return wrapper
-
-        monkeypatch.setattr(ROPE_MODULE, "_Job", CountedJob)
-        monkeypatch.setattr(_plan, "direct_call", counted(direct_call))
-        monkeypatch.setattr(_plan, "plan_direct", counted(plan_direct))
-
-
-@pytest.fixture
-def paths(monkeypatch):
-    return Paths(monkeypatch)
 
 
 # ---- docs/BACKENDS.md ------------------------------------------------------------------

@@ -12,14 +12,10 @@ import pytest
 from pyrope import Rope, reference
 from pyrope._kernel import ffi
 from pyrope._table_cache import MAX_TABLE_BYTES, MIN_ROWS, TableCache
+from array_bits import bits
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

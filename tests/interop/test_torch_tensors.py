@@ -257,8 +257,8 @@ def test_no_torch_import_and_no_tensor_check_on_numpy_calls():
     # the numpy path never looks torch up: run in a process where touching it would fail
     import subprocess
     import sys
-    import os
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    from checkout import ROOT, env_with_checkout
     code = ("import sys, numpy as np, pyrope\n"
             "r = pyrope.Rope(8, layout='split_half')\n"
             "x = np.ones((2, 1, 8), np.float32)\n"
@@ -267,8 +267,8 @@ def test_no_torch_import_and_no_tensor_check_on_numpy_calls():
             "assert 'torch' not in sys.modules and 'pyrope._torch_autograd' not in sys.modules\n"
             "assert 'pyrope._dlpack' not in sys.modules\n"
             "print('ok')\n")
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env=env_with_checkout())
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 

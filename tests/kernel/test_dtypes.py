@@ -22,6 +22,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
+from array_bits import bits
 from kernel_api import c_rotate
 from tolerance import EPS32, F64_ULPS, pair_magnitudes, reference_rotation
 
@@ -30,11 +31,6 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 LAYOUTS = ["interleaved", "split_half"]
 DTYPES = [np.dtype(np.float16), BF16, np.dtype(np.float64)]
 UNIT = {np.dtype(np.float16): 2.0**-11, BF16: 2.0**-8}
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
 
 
 def assert_close_for_dtype(got, want, x, rotary_dim, layout, dtype, factor=1.0):

@@ -8,6 +8,7 @@ import pytest
 import pyrope
 from pyrope import Rope, reference
 from pyrope._kernel import ffi, lib
+from array_bits import bits
 from kernel_api import address, c_rotate
 from tolerance import assert_rotation_close
 
@@ -15,10 +16,6 @@ import ml_dtypes  # noqa: E402 - the test extra installs it
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
 LAYOUTS = ["interleaved", "split_half"]
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def reference_rows(inv_freq, pair_positions, layout, x, scale=1.0, inverse=False):

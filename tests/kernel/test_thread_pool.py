@@ -15,22 +15,11 @@ import pytest
 
 import pyrope
 from pyrope import Rope, _kernel
+from array_bits import bits
+from checkout import ROOT, env_with_checkout
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
-
-
-@pytest.fixture
-def threads():
-    """Restore the thread count after the test."""
-    before = pyrope.get_num_threads()
-    yield
-    pyrope.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -67,17 +56,16 @@ def test_set_num_threads_checks_its_argument(threads):
 
 def test_num_threads_from_environment():
     code = "import pyrope; print(pyrope.get_num_threads())"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYROPE_NUM_THREADS="3", PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    env = env_with_checkout(PYROPE_NUM_THREADS="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "3", out.stderr
     # a bad value is a RuntimeWarning naming the variable, and the default is used
     env["PYROPE_NUM_THREADS"] = "lots"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == str(_kernel._default_threads()), out.stderr
     assert "RuntimeWarning" in out.stderr and "PYROPE_NUM_THREADS" in out.stderr and "'lots'" in out.stderr
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
-                         capture_output=True, text=True, cwd=root)
+                         capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0 and "PYROPE_NUM_THREADS" in out.stderr
 
 
@@ -107,10 +95,8 @@ def test_pool_survives_fork():
             "    os._exit(0 if ok else 3)\n"
             "_, status = os.waitpid(pid, 0)\n"
             "print('child', os.waitstatus_to_exitcode(status))\n")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         cwd=root, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], env=env_with_checkout(), capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "child 0", (out.stdout, out.stderr)
 
 
@@ -168,7 +154,6 @@ def test_threads_match_serial(rng):
             assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_split_calls_in_c(tmp_path):

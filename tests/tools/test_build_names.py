@@ -10,11 +10,8 @@ import glob
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
-
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,18 +29,6 @@ def extensions(tree):
                   if any(p.endswith(s) for s in importlib.machinery.EXTENSION_SUFFIXES))
 
 
-@pytest.fixture
-def tree(tmp_path):
-    """A copy of what a build reads, with no build in it."""
-    dest = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("_pyrope_cffi*", "lib", "include", "__pycache__", "*.o")
-    shutil.copytree(os.path.join(ROOT, "pyrope"), dest / "pyrope", ignore=ignore)
-    shutil.copytree(os.path.join(ROOT, "csrc"), dest / "csrc", ignore=ignore)
-    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in"):
-        shutil.copy(os.path.join(ROOT, name), dest / name)
-    return str(dest)
-
-
 def run(argv, cwd):
     env = dict(os.environ, PYROPE_CFLAGS="-O0")
     proc = subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True)
@@ -54,7 +39,7 @@ def run(argv, cwd):
 def loaded_from(tree):
     """The file `import pyrope._pyrope_cffi` loads in ``tree``."""
     code = "import pyrope._pyrope_cffi as m, os; print(os.path.basename(m.__file__))"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=tree),
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree)),
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()

@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from checkout import ROOT, env_with_checkout
+
 
 # the optional packages (extras and the tests' own): none loads with `import pyrope`
 # or the command's start, though each is installed here; ml_dtypes alone took
@@ -28,10 +29,6 @@ CORE = {
     "pyrope.cache", "pyrope.layout", "pyrope._dynamic", "pyrope._correctly_rounded",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
-
-
-def env_with_checkout():
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
 
 
 def python(code):
@@ -208,9 +205,8 @@ def test_works_without_ml_dtypes():
             "    r.apply(np.ones((2, 1, 8), np.int8))\n"
             "except TypeError as e:\n"
             "    print(e)\n")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PYTHONPATH=root)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env_with_checkout(), capture_output=True, text=True,
+                         cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "bfloat16 needs the ml_dtypes package: pip install ml_dtypes" in out.stdout
 

@@ -8,7 +8,6 @@ compiles everything, which these checks need not."""
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -24,18 +23,6 @@ def builder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture
-def tree(tmp_path):
-    """A copy of what a build reads, with no build in it."""
-    dest = tmp_path / "tree"
-    ignore = shutil.ignore_patterns("_pyrope_cffi*", "lib", "include", "__pycache__", "*.o")
-    shutil.copytree(os.path.join(ROOT, "pyrope"), dest / "pyrope", ignore=ignore)
-    shutil.copytree(os.path.join(ROOT, "csrc"), dest / "csrc", ignore=ignore)
-    for name in ("setup.py", "pyproject.toml", "README.md", "MANIFEST.in", "LICENSE"):
-        shutil.copy(os.path.join(ROOT, name), dest / name)
-    return dest
 
 
 def pyproject():
