@@ -38,12 +38,12 @@ test: install-test
 # The frequency rules, contracts, tables, GGUF and transformers conformance again
 # with numpy's run-time dispatch limited to its baseline (every dispatch target it
 # has disabled): no value may depend on which vectorised routine numpy picks for
-# the CPU (tests/test_same_bits.py compares the digests of both in one run too).
-BASELINE_TESTS = same_bits scaling rope_scaling config contract contract_upgrade tables gguf \
-  transformers_conformance
+# the CPU (tests/rules/test_same_bits.py compares the digests of both in one run too).
+BASELINE_TESTS = rules/same_bits rules/scaling rules/rope_scaling rules/config rules/contract \
+  rules/contract_upgrade kernel/tables readers/gguf rules/transformers_conformance
 test-baseline: install-test
-	NPY_DISABLE_CPU_FEATURES="$$($(PYTHON) tests/bits_digest.py --dispatch-targets)" \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider $(foreach t,$(BASELINE_TESTS),tests/test_$(t).py)
+	NPY_DISABLE_CPU_FEATURES="$$($(PYTHON) tests/support/bits_digest.py --dispatch-targets)" \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider $(foreach t,$(BASELINE_TESTS),tests/$(dir $(t))test_$(notdir $(t)).py)
 
 build:              ## build the C extension and libpyrope in place (no install)
 	$(PYTHON) pyrope/_build.py
@@ -89,14 +89,16 @@ check-wheel:
 # build in build/sanitize (the normal in-place build is left alone), then the
 # test suite with both kernels, with the ASan runtime preloaded into Python.
 # Left out of this run (they run in `make test`): tests of Python-only layers
-# (configs, contracts, rules, the command line, the docs and the build, the
+# (configs, contracts, rules and the readers: the folders tests/rules and
+# tests/readers whole; the command line, the docs and the build; the
 # transformers models), whose C calls are the ones the kernel tests make, and
 # the fuzz replay, which builds its own sanitized binary. CI stays within its
 # 10 minutes on 2 cores.
-SAN_SKIP = fuzz_replay build_names install readme install_hints declared_imports imports cli cli_hardening config contract \
-  contract_upgrade same_bits untrusted gguf_hostile \
-  contract_facts scaling rope_scaling gguf reference dynamic_seq_len check benchmark \
-  transformers_conformance family_conformance transformers_patch multimodal_model multimodal_positions
+SAN_SKIP_DIRS = rules readers
+SAN_SKIP = tools/fuzz_replay tools/build_names tools/install tools/readme tools/install_hints tools/declared_imports \
+  tools/imports tools/cli tools/cli_hardening tools/check tools/benchmark \
+  interop/transformers_patch api/multimodal_model api/multimodal_positions
+SAN_IGNORE = $(foreach d,$(SAN_SKIP_DIRS),--ignore=tests/$(d)) $(foreach t,$(SAN_SKIP),--ignore=tests/$(dir $(t))test_$(notdir $(t)).py)
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_DIR = build/sanitize
 sanitize: install-test
@@ -109,14 +111,14 @@ sanitize: install-test
 	  $(PYTHON) -c "import pyrope, sys; assert pyrope.__file__.startswith('$(CURDIR)/$(SAN_DIR)'), pyrope.__file__" && \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys $(foreach t,$(SAN_SKIP),--ignore=tests/test_$(t).py)
+	  $(PYTHON) -m pytest -q -p no:cacheprovider --capture=sys $(SAN_IGNORE)
 
 # Coverage-guided fuzzing, each target for FUZZ_SECONDS: the C entry points
 # (libFuzzer, clang; new coverage merged into tests/fuzz/corpus, a crashing
-# input written to tests/fuzz/regressions/, replayed by tests/test_fuzz_replay.py
+# input written to tests/fuzz/regressions/, replayed by tests/tools/test_fuzz_replay.py
 # once committed) and Rope.from_gguf on GGUF files (atheris, the `fuzz` extra;
 # tests/fuzz/gguf_corpus and tests/fuzz/gguf_regressions/, replayed by
-# tests/test_gguf_hostile.py). Each GGUF input has 5 s (-timeout) and the
+# tests/readers/test_gguf_hostile.py). Each GGUF input has 5 s (-timeout) and the
 # process 2 GiB of RSS; the target caps its address space and each input's
 # allocations itself (tests/fuzz/fuzz_gguf.py).
 FUZZ_SECONDS ?= 120
@@ -182,9 +184,9 @@ check-kernels:
 # copy (build/recipes/tree): a toy instruction set keeping the scalar kernels
 # and a 1-byte storage type; that copy's C core and extension under ASan +
 # UBSan, tests/c/kernels_identical.c and the Python kernel tests over every
-# ISA x storage type on them (tests/recipes.py, the recipes' executable form).
+# ISA x storage type on them (tests/support/recipes.py, the recipes' executable form).
 check-recipes: install-test
-	CC="$(CC)" $(PYTHON) tests/recipes.py
+	CC="$(CC)" $(PYTHON) tests/support/recipes.py
 
 # The C core on aarch64 (cross gcc, static, run under qemu-user): the whole
 # of csrc/ must build warning-free; tests/c/portable_digest.c built natively

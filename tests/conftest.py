@@ -1,5 +1,7 @@
 """Shared fixtures: run kernel tests on every instruction set this CPU has;
-the plain-Python scaling rules (tests/reference_rules.py) as the oracle."""
+a seeded generator; the thread count restored; the plain-Python scaling rules
+(tests/support/reference_rules.py) as the oracle. Each folder's conftest.py
+holds what only its tests use; the helper modules are in tests/support."""
 import numpy as np
 import pytest
 
@@ -19,9 +21,17 @@ def rng():
     return np.random.default_rng(20261129)
 
 
+@pytest.fixture
+def threads():
+    """Restore the thread count after the test."""
+    before = pyrope.get_num_threads()
+    yield
+    pyrope.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def ref():
-    """The plain-Python scaling rules of tests/reference_rules.py (no pyrope imports)."""
+    """The plain-Python scaling rules of tests/support/reference_rules.py (no pyrope imports)."""
     import reference_rules
     return reference_rules
 

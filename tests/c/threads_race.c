@@ -1,5 +1,5 @@
 /* ThreadSanitizer driver for the C core (`make tsan`); the test suite also
- * runs it without the sanitizer (tests/test_thread_pool.py).
+ * runs it without the sanitizer (tests/kernel/test_thread_pool.py).
  *
  * First, serially: the scalar kernels (registry entry 0) compute every
  * reference result on one thread, and each other supported instruction set

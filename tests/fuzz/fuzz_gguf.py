@@ -14,9 +14,9 @@ The input fails (libFuzzer saves it as a crash) when:
   (a ``MemoryError``, which is not a RopeError).
 
 ``make fuzz`` runs it for ``FUZZ_SECONDS`` on ``tests/fuzz/gguf_corpus`` (small
-files written by gguf's own writer, ``tests/gguf_files.py``) and merges new
+files written by gguf's own writer, ``tests/support/gguf_files.py``) and merges new
 coverage there; a failing input goes to ``tests/fuzz/gguf_regressions/``, which
-``tests/test_gguf_hostile.py`` replays through :func:`check`, as every corpus
+``tests/readers/test_gguf_hostile.py`` replays through :func:`check`, as every corpus
 file. By hand: ``python tests/fuzz/fuzz_gguf.py -max_total_time=60 tests/fuzz/gguf_corpus``.
 """
 import os

@@ -1,0 +1,242 @@
+"""The C library the package ships for C and C++ programs: libpyrope (the API of
+csrc/pyrope.h and nothing else, soname with the ABI number), pyrope.h (standing
+alone in C11 and C++) and pyrope.pc, where pyrope.get_include() and
+pyrope.get_library_path() say. docs/examples/decode_loop.c is built with the
+command its documentation gives, run, and its output compared with
+pyrope.reference and, bit for bit, with the numpy API.
+
+Needs cc, c++, pkg-config, nm and readelf (binutils), as building the package does."""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyrope
+from pyrope import reference
+from pyrope._kernel import ffi, lib as cffi_lib
+from pyrope.scaling import Resolved
+from tolerance import assert_rotation_close
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(ROOT, "docs", "examples")
+HEADER_SOURCE = os.path.join(ROOT, "csrc", "pyrope.h")
+# where the command is documented (the first is where it lives; the others must repeat it exactly)
+COMMAND_DOCS = [os.path.join(EXAMPLES, "README.md"), os.path.join(EXAMPLES, "decode_loop.c"),
+                os.path.join(ROOT, "README.md")]
+
+
+def header_defines():
+    with open(HEADER_SOURCE, encoding="utf-8") as f:
+        return {k: int(v) for k, v in re.findall(r"^#define\s+(ROPE_\w+)\s+(-?\d+)\s*$", f.read(), re.M)}
+
+
+def header_functions():
+    """Names of the functions pyrope.h declares (each marked ROPE_API)."""
+    with open(HEADER_SOURCE, encoding="utf-8") as f:
+        text = f.read()
+    marked = re.findall(r"^ROPE_API\s+[^(;]*?\b(rope_\w+)\s*\(", text, re.M)
+    # every declaration at the start of a line, marked or not: an unmarked one would not be exported
+    declared = re.findall(r"^(?:ROPE_API\s+)?(?:const\s+)?\w+\s*\*?\s*(rope_\w+)\s*\(", text, re.M)
+    assert sorted(marked) == sorted(declared), "a declaration in pyrope.h lacks ROPE_API"
+    return set(marked)
+
+
+ABI = header_defines()["ROPE_ABI_VERSION"]
+SONAME = f"libpyrope.so.{ABI}"
+# rope_version()'s encoding of pyrope.__version__
+MAJOR, MINOR, PATCH = (int(p) for p in pyrope.__version__.split("."))
+ENCODED = MAJOR * 10000 + MINOR * 100 + PATCH
+POSITION_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_POSITION)).decode()
+
+
+def shell_env():
+    """The environment the documented command runs in: `python3` is this interpreter
+    and imports this checkout's pyrope."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    return env
+
+
+def run(argv, **kw):
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
+    assert proc.returncode == 0, f"{argv} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def commands_in(path):
+    """The `cc` command lines building decode_loop.c in a file (comment markers stripped)."""
+    with open(path, encoding="utf-8") as f:
+        lines = [re.sub(r"^\s*(\*|#|//)?\s*", "", line).rstrip() for line in f]
+    return [line for line in lines if line.startswith("cc ") and "decode_loop.c" in line]
+
+
+def documented_command():
+    found = commands_in(COMMAND_DOCS[0])
+    assert len(found) == 1, f"{COMMAND_DOCS[0]} must give one command building decode_loop.c, found {found}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """decode_loop built by the documented command in a fresh directory: (directory, stdout)."""
+    where = tmp_path_factory.mktemp("decode_loop")
+    shutil.copy(os.path.join(EXAMPLES, "decode_loop.c"), where)
+    run(["sh", "-c", documented_command()], cwd=where, env=shell_env())
+    return where, run([os.path.join(where, "decode_loop")], cwd=where)
+
+
+def parse(stdout):
+    """inv_freq and {(name, position, head): (in, out)} from the example's output."""
+    inv_freq, vectors = None, {}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words and words[0] == "inv_freq":
+            inv_freq = [float(w) for w in words[1:]]
+        elif words and words[0] in ("k", "q"):
+            key = (words[0], int(words[1]), int(words[2]))
+            vectors.setdefault(key, {})[words[3]] = np.array(words[4:], dtype=np.float32)
+    return inv_freq, vectors
+
+
+# ---- where the files are -----------------------------------------------------
+
+def test_paths_name_the_installed_files():
+    package = os.path.dirname(os.path.abspath(pyrope.__file__))
+    include, libdir = pyrope.get_include(), pyrope.get_library_path()
+    assert os.path.isabs(include) and os.path.dirname(include) == package
+    assert os.path.isabs(libdir) and os.path.dirname(libdir) == package
+    # the header alone, as built from csrc/ (a stale copy would fail here)
+    assert os.listdir(include) == ["pyrope.h"]
+    with open(os.path.join(include, "pyrope.h"), "rb") as a, open(HEADER_SOURCE, "rb") as b:
+        assert a.read() == b.read()
+    for name in ("libpyrope.so", SONAME, os.path.join("pkgconfig", "pyrope.pc")):
+        assert os.path.isfile(os.path.join(libdir, name)), name
+    # -lpyrope finds libpyrope.so, programs load the soname: the same library
+    with open(os.path.join(libdir, "libpyrope.so"), "rb") as a, open(os.path.join(libdir, SONAME), "rb") as b:
+        assert a.read() == b.read()
+
+
+def test_the_library_exports_the_api_and_nothing_else():
+    out = run(["nm", "-D", "--defined-only", os.path.join(pyrope.get_library_path(), SONAME)])
+    exported = {line.split()[-1] for line in out.splitlines() if line.strip()}
+    api = header_functions()
+    assert {"rope_rotate", "rope_version", "rope_strerror"} <= api
+    assert exported == api, f"missing: {sorted(api - exported)}, not in the API: {sorted(exported - api)}"
+
+
+def test_the_soname_carries_the_abi_number():
+    dynamic = run(["readelf", "-d", os.path.join(pyrope.get_library_path(), "libpyrope.so")])
+    assert re.search(r"\(SONAME\)\s+Library soname: \[(.*)\]", dynamic).group(1) == SONAME
+
+
+def test_versions_agree_with_the_package():
+    d = header_defines()
+    assert (d["ROPE_VERSION_MAJOR"], d["ROPE_VERSION_MINOR"], d["ROPE_VERSION_PATCH"]) == (MAJOR, MINOR, PATCH)
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:   # (no tomllib before 3.11)
+        assert re.search(r'^version = "(.*)"$', f.read(), re.M).group(1) == pyrope.__version__
+    shared = ctypes.CDLL(os.path.join(pyrope.get_library_path(), SONAME))
+    assert shared.rope_version() == ENCODED and cffi_lib.rope_version() == ENCODED
+    assert shared.rope_abi_version() == ABI == cffi_lib.rope_abi_version()
+    with open(os.path.join(pyrope.get_library_path(), "pkgconfig", "pyrope.pc"), encoding="utf-8") as f:
+        assert re.search(r"^Version: (.*)$", f.read(), re.M).group(1) == pyrope.__version__
+
+
+def test_pkg_config_file_is_relocatable(tmp_path):
+    # ${pcfiledir}: a copy of the package's files elsewhere names the copy
+    shutil.copytree(pyrope.get_library_path(), tmp_path / "lib")
+    shutil.copytree(pyrope.get_include(), tmp_path / "include")
+    env = dict(os.environ, PKG_CONFIG_PATH=str(tmp_path / "lib" / "pkgconfig"))
+    for variable, want in (("libdir", "lib"), ("includedir", "include")):
+        got = run(["pkg-config", f"--variable={variable}", "pyrope"], env=env).strip()
+        assert os.path.realpath(got) == os.path.realpath(tmp_path / want)
+    assert run(["pkg-config", "--modversion", "pyrope"], env=env).strip() == pyrope.__version__
+
+
+# ---- the header on its own ---------------------------------------------------
+
+USE_HEADER = """
+#include <pyrope.h>
+#include <pyrope.h>   /* twice: the include guard */
+#include <stdio.h>
+#include <string.h>
+int main(void)
+{
+    rope_op op;
+    rope_tensor t;
+    rope_angles a;
+    memset(&op, 0, sizeof op), memset(&t, 0, sizeof t), memset(&a, 0, sizeof a);
+    op.dtype = ROPE_F32;
+    op.layout = ROPE_SPLIT_HALF;
+    int status = rope_rotate(&op, &t, 1, &a);   /* head_dim 0: refused */
+    printf("%d %d %d %s|%s\\n", rope_version(), rope_abi_version(), ROPE_VERSION,
+           rope_strerror(ROPE_E_POSITION), rope_dtype_name(ROPE_BF16));
+    return status == ROPE_E_DIM ? 0 : 1;
+}
+"""
+
+
+@pytest.mark.parametrize("compiler, std, suffix", [("cc", "-std=c11", ".c"), ("c++", "-std=c++11", ".cpp")])
+def test_header_compiles_alone_and_links(tmp_path, compiler, std, suffix):
+    # only pyrope.get_include() on the include path; warnings are errors; the C++
+    # program links (unmangled names: extern "C") and runs
+    src = tmp_path / f"use{suffix}"
+    src.write_text(USE_HEADER)
+    libdir = pyrope.get_library_path()
+    run([compiler, std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-I", pyrope.get_include(), str(src),
+         "-L", libdir, f"-Wl,-rpath,{libdir}", "-lpyrope", "-o", str(tmp_path / "use")])
+    out = run([str(tmp_path / "use")])
+    assert out.strip() == f"{ENCODED} {ABI} {ENCODED} {POSITION_REFUSED}|bfloat16"
+
+
+# ---- the example -------------------------------------------------------------
+
+def test_the_command_is_the_same_wherever_documented():
+    command = documented_command()
+    assert "pkg-config" in command and "get_library_path" in command
+    for path in COMMAND_DOCS[1:]:
+        if path.endswith("README.md") and not commands_in(path):
+            continue   # the top-level README may point to docs/examples instead of repeating it
+        assert set(commands_in(path)) == {command}, f"{path} gives another command than {COMMAND_DOCS[0]}"
+
+
+def test_example_links_this_package_library(example):
+    where, _ = example
+    ldd = run(["ldd", os.path.join(where, "decode_loop")])
+    found = re.search(rf"^\s*{re.escape(SONAME)} => (\S+)", ldd, re.M)
+    assert found, ldd
+    assert os.path.realpath(found.group(1)) == os.path.realpath(os.path.join(pyrope.get_library_path(), SONAME))
+
+
+def test_example_matches_the_reference(example):
+    _, stdout = example
+    lines = stdout.splitlines()
+    assert lines[0].startswith(f"pyrope {pyrope.__version__} (ABI {ABI}), instruction set ")
+    inv_freq, vectors = parse(stdout)
+    want_freq = reference.pair_frequencies(64, 10000.0)
+    assert len(inv_freq) == 32
+    assert np.all(np.abs(np.array(inv_freq) - want_freq) <= np.spacing(np.array(want_freq)))
+    # 8 decode steps from position 1000, 2 key and 4 query heads each, in and out
+    assert sorted(vectors) == sorted((name, pos, h) for pos in range(1000, 1008)
+                                     for name, heads in (("k", 2), ("q", 4)) for h in range(heads))
+    for (name, pos, h), v in vectors.items():
+        want = reference.rotate_with_inv_freq([float(x) for x in v["in"]], pos, inv_freq, layout="split_half")
+        assert_rotation_close(v["out"], want, v["in"], 64, "split_half")
+    assert lines[-2] == "on-the-fly angles give the table's bits: yes"
+    assert lines[-1] == f"position 1024 with a 1024-row table: {POSITION_REFUSED}"
+
+
+def test_example_matches_the_numpy_api_bit_for_bit(example):
+    # the library is built from the same sources with the same flags as the extension
+    _, stdout = example
+    inv_freq, vectors = parse(stdout)
+    rope = pyrope.Rope(64, layout="split_half",
+                       scaling=Resolved(inv_freq=inv_freq, attention_factor=1.0, rule="default", params={}))
+    for (name, pos, h), v in vectors.items():
+        got = rope.apply(v["in"].reshape(1, 1, 64), offset=pos).reshape(64)
+        assert got.tobytes() == v["out"].tobytes(), (name, pos, h)
