@@ -29,7 +29,9 @@ import time
 import numpy as np
 
 import pyrope
-from pyrope import Rope, _bench_report, _plan
+from pyrope import Rope
+from pyrope._bench import report as _bench_report
+from pyrope._engine import plan as _plan
 from pyrope.benchmark import IDLE, MAX_REPS, TIMED, WARM, check_against_reference, placed
 
 SHAPE = (16384, 8, 128)

@@ -12,7 +12,7 @@ def pytest_addoption(parser):
 
 
 def pytest_sessionstart(session):
-    from pyrope import _bench_report
+    from pyrope._bench import report as _bench_report
     from pyrope.benchmark import Case
     MACHINE.update(_bench_report.machine_info())
     MACHINE["peer_notes"] = Case.peer_notes(True)
@@ -28,7 +28,7 @@ def pytest_terminal_summary(terminalreporter, config):
     """Print the tables: time, GB/s, ratio to the yardstick, speed-ups, targets."""
     if not RESULTS:
         return
-    from pyrope import _bench_report
+    from pyrope._bench import report as _bench_report
     MACHINE["load_average_end"] = _bench_report.machine_info()["load_average"]
     terminalreporter.section("pyrope rotation: medians of per-round ratios")
     for line in _bench_report.markdown(RESULTS, MACHINE).splitlines():

@@ -18,8 +18,8 @@ ml_dtypes neither: bfloat16 arrays are served once their caller has imported it.
 import importlib as _importlib
 import os as _os
 
-from . import _kernel
-from ._kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
+from ._engine import kernel as _kernel
+from ._engine.kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
 from .config import load_hf_config, rope_arguments_from_hf_config
 from .contract import fingerprint, make_contract, resolved_from_contract
 from .errors import RopeError

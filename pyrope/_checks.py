@@ -10,8 +10,8 @@ import sys
 
 import numpy as np
 
-from ._kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
-from ._tensors import as_array, is_foreign
+from ._engine.kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
+from ._interop.tensors import as_array, is_foreign
 from .errors import OverflowError, TypeError, ValueError, shown
 
 LAYOUT_NAMES = ("interleaved", "split_half")

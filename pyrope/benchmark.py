@@ -1,8 +1,8 @@
 """Rotation speed against the bandwidth yardstick and the peers, in one run.
 
 The engine behind ``pyrope bench`` and ``bench/bench_rotate.py``
-(pytest-benchmark); ``pyrope._bench_report`` turns its rows into tables,
-target checks and JSON, ``pyrope._bench_plot`` into the picture.
+(pytest-benchmark); ``pyrope._bench.report`` turns its rows into tables,
+target checks and JSON, ``pyrope._bench.plot`` into the picture.
 
 A :class:`Case` is one shape x dtype. Its contenders are pyrope under each
 instruction set asked for (``pyrope.forced_isa``) in both layouts (and, for
@@ -40,8 +40,10 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import _bench_method as timing, _kernel, reference
-from ._bench_method import yardstick_isa
+from ._bench import method as timing
+from ._engine import kernel as _kernel
+from . import reference
+from ._bench.method import yardstick_isa
 from .rope import Rope
 
 # the optional peers, imported by _load_peers() when a run times them (torch
@@ -354,7 +356,7 @@ class Case:
 
     def rows(self):
         """One row per pyrope contender and per peer and layout, from the
-        rounds run so far (``pyrope._bench_report`` describes the fields).
+        rounds run so far (``pyrope._bench.report`` describes the fields).
         The yardstick and a threaded peer count, in each round, with their
         faster thread count."""
         n = min(len(v) for v in self.times.values())
@@ -442,7 +444,7 @@ def _label(key):
 
 
 def run(cases, dtypes, *, layouts=LAYOUTS, isas=None, rounds=None, peers=True, progress=None):
-    """Check and time every case x dtype; returns the rows (``pyrope._bench_report``)."""
+    """Check and time every case x dtype; returns the rows (``pyrope._bench.report``)."""
     rows = []
     combos = [(c, d) for c in cases for d in dtypes]
     for i, (c, d) in enumerate(combos):
@@ -457,6 +459,6 @@ def run(cases, dtypes, *, layouts=LAYOUTS, isas=None, rounds=None, peers=True, p
 
 
 def format_summary(rows, machine=None):
-    """The markdown tables and the target checks (``pyrope._bench_report.markdown``)."""
-    from ._bench_report import markdown
+    """The markdown tables and the target checks (``pyrope._bench.report.markdown``)."""
+    from ._bench.report import markdown
     return markdown(rows, machine)

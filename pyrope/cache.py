@@ -19,7 +19,7 @@ turned to. Converting keys therefore fixes layer 0 exactly and every other
 layer only approximately: re-prefill when exactness matters, and compare
 with ``pyrope.testing`` before trusting a conversion.
 """
-from . import _rekey
+from ._ops import rekey as _rekey
 from .rope import Rope
 
 __all__ = ["rerotate", "convert_keys"]

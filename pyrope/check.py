@@ -28,7 +28,7 @@ import numpy as np
 
 from . import reference
 from ._checks import as_int
-from ._kernel import MAX_POSITION
+from ._engine.kernel import MAX_POSITION
 from .errors import TypeError, ValueError
 
 EPS32 = 2.0**-23

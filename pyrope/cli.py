@@ -118,7 +118,8 @@ def version_text(c_version=None):
     """What ``pyrope --version`` prints, e.g. ``pyrope 0.2.0``. ``c_version``: the C
     library's ``rope_version()`` (default: the loaded one's); a build older or
     newer than the Python package (a stale in-place build) is named too."""
-    from . import __version__, _kernel
+    from . import __version__
+    from ._engine import kernel as _kernel
     code = _kernel.lib.rope_version() if c_version is None else c_version
     built = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
     if built == __version__:
@@ -429,7 +430,7 @@ class _ProgressBar:
 
 def cmd_bench(args):
     """``pyrope bench``."""
-    from . import _bench_report as report
+    from ._bench import report
     if args.load:
         if args.case or args.dtype or args.layout or args.isa or args.rounds is not None or args.quick \
                 or args.no_peers or args.json:
@@ -442,15 +443,16 @@ def cmd_bench(args):
         report.write_json(args.json, rows, machine)
         print(f"\nwrote {args.json}")
     if args.plot:
-        from ._bench_plot import plot
+        from ._bench.plot import plot
         plot(rows, machine, args.plot, note=args.note)
         print(f"\nwrote {args.plot}")
     return 0
 
 
 def _bench_run(args):
-    from . import _bench_report as report
-    from . import _kernel, benchmark
+    from ._bench import report
+    from ._engine import kernel as _kernel
+    from . import benchmark
     cases = args.case or (["decode", "small", "prefill_k"] if args.quick else list(benchmark.SHAPES))
     dtypes = args.dtype or (["float32"] if args.quick else list(benchmark.DTYPES))
     isas = args.isa or benchmark.default_isas()
@@ -479,7 +481,7 @@ COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract
 
 def _environment_problem():
     """Why PYROPE_ISA or PYROPE_NUM_THREADS cannot be used (one line), or None."""
-    from . import _kernel
+    from ._engine import kernel as _kernel
     isa = os.environ.get("PYROPE_ISA", "").strip().lower()
     if isa and isa != "auto" and isa not in _kernel.supported_isas():
         known = "auto, " + ", ".join(_kernel.supported_isas())

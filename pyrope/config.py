@@ -43,9 +43,10 @@ relative suggests otherwise; else ``"split_half"``.  An explicit ``layout``
 wins over the table (weights converted to the other layout), but one that
 contradicts ``rope_interleave`` raises ``ValueError``.
 """
-from ._hf_config import (DEFAULT_BASE, LAYOUT_FAMILIES, MAX_LAYERS, MROPE_FAMILIES, SOFTMAX_MSCALE_FAMILIES,
-                         layer_rope_arguments, layout_from_hf_config, load_hf_config,
-                         rope_arguments_from_hf_config, rope_layer_types, softmax_scale_factor_from_hf_config)
+from ._readers.hf_config import (DEFAULT_BASE, LAYOUT_FAMILIES, MAX_LAYERS, MROPE_FAMILIES,
+                                 SOFTMAX_MSCALE_FAMILIES, layer_rope_arguments, layout_from_hf_config,
+                                 load_hf_config, rope_arguments_from_hf_config, rope_layer_types,
+                                 softmax_scale_factor_from_hf_config)
 from .errors import RopeError
 from .rope import Rope
 

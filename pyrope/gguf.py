@@ -3,7 +3,7 @@
 ``rope_arguments_from_gguf(path)`` reads the metadata llama.cpp keeps about a
 model's rotary embedding and returns ``head_dim``, ``rotary_dim``, ``base``,
 ``scaling`` and ``layout``, ready for ``Rope(**args)``; ``Rope.from_gguf`` is
-the one-call form.  The file is read by ``pyrope._gguf_file``, a reader of the
+the one-call form.  The file is read by ``pyrope._readers.gguf_file``, a reader of the
 GGUF v2/v3 layout that checks every count and length in the file against the
 bytes left in it before reading on (a hostile file costs work and memory
 bounded by its real size; ``gguf.GGUFReader`` trusts the counts), with the
@@ -57,7 +57,7 @@ import numbers
 import os
 
 from ._checks import MAX_HEAD_DIM
-from ._gguf_file import GGUFFile
+from ._readers.gguf_file import GGUFFile
 from .errors import ImportError, RopeError, TypeError, ValueError, install_hint, shown
 from .scaling import FreqFactors, Linear, LongRope, Resolved, Yarn, _positive_int, resolve
 

@@ -12,14 +12,14 @@ per-head q/k-norm weights) does this once, at load time; swapping only
 
 The converters take numpy arrays, torch tensors (indexed by torch itself:
 any device and dtype, autograd intact) and other DLPack objects (through a
-numpy view, the result converted back as ``pyrope._tensors`` describes).
+numpy view, the result converted back as ``pyrope._interop.tensors`` describes).
 """
 import builtins
 
 import numpy as np
 
 from ._checks import as_even_dim, as_int, as_layout, too_large
-from ._tensors import is_foreign, as_array, restore, torch_of
+from ._interop.tensors import is_foreign, as_array, restore, torch_of
 from .errors import TypeError, ValueError
 
 

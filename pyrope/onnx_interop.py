@@ -12,7 +12,8 @@ import builtins
 
 import numpy as np
 
-from . import _kernel, _plan, _tensors
+from ._engine import kernel as _kernel, plan as _plan
+from ._interop import tensors as _tensors
 from ._checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
 from .errors import TypeError, ValueError, shown
 

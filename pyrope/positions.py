@@ -32,11 +32,11 @@ import operator
 
 import numpy as np
 
-from . import _correctly_rounded
+from ._rules import correctly_rounded as _correctly_rounded
 from ._checks import (MAX_POSITION, allocate, as_bool, as_even_dim, as_int, as_positions, refuse_masked,
                       too_large)
-from ._explicit import explicit_rope
-from ._tensors import entry
+from ._ops.explicit import explicit_rope
+from ._interop.tensors import entry
 from .errors import TypeError, ValueError
 from .rope import Rope
 

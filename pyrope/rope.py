@@ -10,16 +10,18 @@ import sys
 
 import numpy as np
 
-from . import _kernel, _plan, _rekey, _tensors
+from ._engine import kernel as _kernel, plan as _plan
+from ._ops import rekey as _rekey
+from ._interop import tensors as _tensors
 from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
                       as_layout, checked_positions, positions_array, too_large)
-from ._hf_config import hf_rope_arguments
+from ._readers.hf_config import hf_rope_arguments
 from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract, sections_from_contract
 from .errors import RopeError, TypeError, ValueError
-from ._sections import is_sectioned, pair_components
-from ._table_cache import TableCache
+from ._engine.sections import is_sectioned, pair_components
+from ._engine.table_cache import TableCache
 from .scaling import resolve
 
 _MISSING = object()
@@ -48,7 +50,7 @@ class Rope:
       position component (3 or 4 counts summing to rotary_dim/2); each token
       then has that many positions and each pair turns by its component's.
       ``mrope_interleaved``: assign pairs round-robin (Qwen3-VL) instead of in
-      order. See ``pyrope._sections`` and :meth:`apply` for positions.
+      order. See ``pyrope._engine.sections`` and :meth:`apply` for positions.
 
     ``Rope.from_hf_config`` builds one from a model's ``config.json``;
     ``rope.contract()`` states what it computes, ``rope.fingerprint`` hashes
@@ -414,7 +416,7 @@ class Rope:
         be CPU torch tensors (float32, float16, bfloat16, float64; positions
         any integer dtype) or any object with ``__dlpack__`` in CPU memory,
         viewed without a copy: ``out=x`` rotates the tensor's own storage, a
-        new result is a tensor of x's type (``pyrope._tensors`` says how other
+        new result is a tensor of x's type (``pyrope._interop.tensors`` says how other
         DLPack types come back). A tensor on another device, or of another
         dtype, is a ``TypeError`` naming it. A tensor that requires grad (grad
         enabled) is rotated differentiably: backward is ``apply(grad,

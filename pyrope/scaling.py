@@ -41,10 +41,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from . import _correctly_rounded
+from ._rules import correctly_rounded as _correctly_rounded
 from ._checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
-from ._dynamic import dynamic_seq_len
-from ._kernel import MAX_INV_FREQ
+from ._rules.dynamic import dynamic_seq_len
+from ._engine.kernel import MAX_INV_FREQ
 from .errors import OverflowError, TypeError, ValueError, shown
 
 __all__ = [

@@ -10,7 +10,7 @@ patched model's rotary module produces; every other call runs the original.
 import functools
 import inspect
 
-from .. import _locks
+from .._engine import locks as _locks
 from ._hf_rotary import TAG
 
 NAME = "apply_rotary_pos_emb"

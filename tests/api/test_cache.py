@@ -5,7 +5,7 @@ import pytest
 
 import pyrope
 from pyrope import reference
-from pyrope._explicit import explicit_rope
+from pyrope._ops.explicit import explicit_rope
 from tolerance import EPS32, pair_magnitudes
 
 

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from pyrope import _plan
+from pyrope._engine import plan as _plan
 
 ROPE_MODULE = sys.modules["pyrope.rope"]
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import Rope, _plan
+from pyrope import Rope
+from pyrope._engine import plan as _plan
 from tolerance import assert_rotation_close, reference_rotation
 
 import ml_dtypes  # noqa: E402 - the test extra installs it

@@ -8,7 +8,8 @@ back. Expected values come from pyrope.reference (tests/tensor_oracle.py)."""
 import numpy as np
 import pytest
 
-from pyrope import PartialRotary, Rope, _kernel, _plan
+from pyrope import PartialRotary, Rope
+from pyrope._engine import kernel as _kernel, plan as _plan
 from tensor_oracle import assert_close, expected
 
 ROPE = Rope(16, layout="split_half")

@@ -8,7 +8,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pyrope import Rope, _plan
+from pyrope import Rope
+from pyrope._engine import plan as _plan
 from array_bits import bits
 from tolerance import assert_rotation_close, reference_rotation
 

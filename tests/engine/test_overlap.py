@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import Rope, _plan
+from pyrope import Rope
+from pyrope._engine import plan as _plan
 from array_bits import bits
 
 ROPE = Rope(8, layout="split_half", base=100.0)

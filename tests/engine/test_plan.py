@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pyrope import _kernel, _plan
+from pyrope._engine import kernel as _kernel, plan as _plan
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float64)]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pyrope import Rope, reference
-from pyrope._kernel import ffi
-from pyrope._table_cache import MAX_TABLE_BYTES, MIN_ROWS, TableCache
+from pyrope._engine.kernel import ffi
+from pyrope._engine.table_cache import MAX_TABLE_BYTES, MIN_ROWS, TableCache
 from array_bits import bits
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
@@ -247,7 +247,7 @@ def test_concurrent_lookups_all_get_covering_exact_windows(rng):
 def count_rows_built(monkeypatch):
     """Rows the table cache builds from now on (every window is built by
     ``_kernel.cos_sin_range``), as a list of row counts."""
-    from pyrope import _kernel
+    from pyrope._engine import kernel as _kernel
     built, real = [], _kernel.cos_sin_range
 
     def counting(start, n_pos, *args, **kwargs):

@@ -264,8 +264,8 @@ def test_no_torch_import_and_no_tensor_check_on_numpy_calls():
             "x = np.ones((2, 1, 8), np.float32)\n"
             "r.apply(x, out=x); r.apply_qk(x, x.copy(), positions=[3, 4]); r.cos_sin([1, 2])\n"
             "pyrope.cache.rerotate(r, x, [0, 1], [1, 2]); pyrope.layout.convert_heads(x, 'split_half', 'interleaved')\n"
-            "assert 'torch' not in sys.modules and 'pyrope._torch_autograd' not in sys.modules\n"
-            "assert 'pyrope._dlpack' not in sys.modules\n"
+            "assert 'torch' not in sys.modules and 'pyrope._interop.torch_autograd' not in sys.modules\n"
+            "assert 'pyrope._interop.dlpack' not in sys.modules\n"
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env=env_with_checkout())

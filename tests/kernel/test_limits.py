@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import _kernel, cache, scaling as S
-from pyrope._explicit import explicit_rope
+from pyrope._engine import kernel as _kernel
+from pyrope import cache, scaling as S
+from pyrope._ops.explicit import explicit_rope
 from pyrope.contract import fingerprint, resolved_from_contract
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -88,7 +89,7 @@ def test_python_limit_is_the_header_value(c_name):
     assert type(getattr(_kernel, PYTHON_NAMES[c_name])) is type(value)
 
 
-@pytest.mark.parametrize("module", ["_checks", "_table_cache", "_rekey", "positions", "rope", "check",
+@pytest.mark.parametrize("module", ["_checks", "_engine.table_cache", "_ops.rekey", "positions", "rope", "check",
                                     "onnx_interop"])
 def test_modules_use_the_kernel_position_limit(module):
     mod = __import__(f"pyrope.{module}", fromlist=["MAX_POSITION"])
@@ -101,7 +102,8 @@ def _code_without_strings(path):
     return " ".join(t.string for t in tokens if t.type not in (tokenize.COMMENT, tokenize.STRING))
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "pyrope").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "pyrope").rglob("*.py")),
+                         ids=lambda p: p.relative_to(ROOT / "pyrope").as_posix())
 def test_no_module_retypes_a_kernel_limit(path):
     code = re.sub(r"\s+", "", _code_without_strings(path))
     assert not re.search(r"2\*\*-?3[12]\b|2147483647|4294967296|0x1p-?32", code), path.name

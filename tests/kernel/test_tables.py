@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import _kernel
+from pyrope._engine import kernel as _kernel
 
 BASES = [10.0, 1e4, 5e5, 1e6, 1e7]
 HALVES = [1, 3, 32, 64, 256]          # rotary_dim / 2 for dims 2, 6, 64, 128, 512

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import Rope, _kernel
+from pyrope import Rope
+from pyrope._engine import kernel as _kernel
 from array_bits import bits
 from checkout import ROOT, env_with_checkout
 

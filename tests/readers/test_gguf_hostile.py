@@ -282,7 +282,7 @@ def test_paths_that_are_not_files(tmp_path):
 
 @pytest.mark.parametrize("seed", list(SEEDS))
 def test_every_value_and_tensor_reads_as_gguf_reads_it(tmp_path, seed):
-    from pyrope._gguf_file import GGUFFile
+    from pyrope._readers.gguf_file import GGUFFile
     path = tmp_path / f"{seed}.gguf"
     path.write_bytes(SEEDS[seed])
     theirs = gguf.GGUFReader(str(path))

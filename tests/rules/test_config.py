@@ -298,7 +298,7 @@ def test_bad_config_is_refused_by_name(config, kwargs, exc, text):
 import warnings  # noqa: E402
 
 import pyrope  # noqa: E402
-from pyrope import _hf_config as C  # noqa: E402  (the reader; layer_ropes is pyrope.config's)
+from pyrope._readers import hf_config as C  # noqa: E402  (the reader; layer_ropes is pyrope.config's)
 from pyrope.config import layer_ropes, layout_from_hf_config  # noqa: E402
 from contract_oracle import expected_numbers, independent_fingerprint  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 
 import pyrope
 from pyrope import errors
-from pyrope._dynamic import dynamic_seq_len
+from pyrope._rules.dynamic import dynamic_seq_len
 from hf_peer import torch_and_transformers
 
 WINDOW = 32

@@ -31,7 +31,7 @@ from hf_peer import torch_and_transformers
 
 import hf_families as F
 import pyrope
-from pyrope import _hf_config as C
+from pyrope._readers import hf_config as C
 
 ATOL = 1e-5
 POSITIONS = np.array([0, 1, 2, 5, 13, 31])

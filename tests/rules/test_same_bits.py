@@ -18,7 +18,7 @@ import pytest
 
 import bits_digest
 import reference_rules as R
-from pyrope import _correctly_rounded as CR
+from pyrope._rules import correctly_rounded as CR
 from pyrope import scaling as S
 
 HERE = pathlib.Path(bits_digest.__file__).resolve().parent   # tests/support

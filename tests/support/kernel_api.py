@@ -2,7 +2,7 @@
 by hand, from explicit element strides, with no planner in between."""
 import numpy as np
 
-from pyrope._kernel import DTYPE_CODES, LAYOUTS, ffi, lib
+from pyrope._engine.kernel import DTYPE_CODES, LAYOUTS, ffi, lib
 
 
 def strides_of(a4):

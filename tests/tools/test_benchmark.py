@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope import _bench_plot, _bench_report, benchmark
+from pyrope._bench import plot as _bench_plot, report as _bench_report
+from pyrope import benchmark
 from pyrope.benchmark import IN_PLACE, OUT_CACHE, Key
 
 ISA = pyrope.supported_isas()[-1]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope._explicit import explicit_rope
+from pyrope._ops.explicit import explicit_rope
 from pyrope.check import SanityError, sanity
 from pyrope import Rope
 from pyrope.cli import main

@@ -1,7 +1,8 @@
 """The package's imports, deferred ones (inside functions) included, read from
 the source: no module may reach itself through them (an import circle lives
-only as long as one of its edges stays deferred), and the core that ``import
-pyrope`` loads imports no tool module, not even inside a function."""
+only as long as one of its edges stays deferred), the core that ``import
+pyrope`` loads imports no tool module, not even inside a function, and each
+private layer folder keeps to its rule (docs/ARCHITECTURE.md)."""
 import ast
 import pathlib
 
@@ -11,7 +12,7 @@ PACKAGE = pathlib.Path(pyrope.__file__).parent
 # gguf loads on first use (it needs the gguf package) but is a reader, as config is:
 # Rope.from_gguf calls it
 TOOLS = {"pyrope." + name for name in pyrope._LAZY_SUBMODULES if name != "gguf"} | {
-    "pyrope._bench_report", "pyrope._bench_plot", "pyrope._bench_method", "pyrope.integrations"}
+    "pyrope._bench", "pyrope.integrations"}
 EXTENSION = "pyrope._pyrope_cffi"   # the compiled binding: a leaf
 
 
@@ -96,7 +97,7 @@ def circles():
 
 def test_the_graph_is_read():
     """The test below can fail: the reader sees the edges that matter."""
-    assert "pyrope._kernel" in GRAPH["pyrope.rope"]
+    assert "pyrope._engine.kernel" in GRAPH["pyrope.rope"]
     assert "pyrope.rope" in GRAPH["pyrope.config"]
     assert "pyrope.benchmark" in GRAPH["pyrope.cli"]          # a deferred import
     assert "pyrope" in GRAPH["pyrope.integrations._hf_rotary"]   # `from .. import Rope`
@@ -112,3 +113,44 @@ def test_the_core_imports_no_tool():
     reached = {f"{m} -> {t}" for m in sorted(core) for t in GRAPH[m]
                if t in TOOLS or any(t.startswith(x + ".") for x in TOOLS)}
     assert not reached, reached
+
+
+def under(name, package):
+    return name == package or name.startswith(package + ".")
+
+
+def edges_from(package):
+    return {(m, t) for m in GRAPH if under(m, package) for t in GRAPH[m]}
+
+
+# what each private layer may not import (anything under these names)
+FORBIDDEN = {
+    # the engine: no Rope, no adapter, no reader, no operation on ropes, no tool, no public
+    # module (errors and the compiled binding aside)
+    "pyrope._engine": ("pyrope.rope", "pyrope._interop", "pyrope._readers", "pyrope._ops", "pyrope.scaling",
+                       "pyrope.config", "pyrope.contract", "pyrope.cache", "pyrope.positions", "pyrope.layout",
+                       "pyrope.onnx_interop", "pyrope.gguf", *sorted(TOOLS)),
+    # the adapters view and convert; they take ropes as arguments, never import them
+    "pyrope._interop": ("pyrope.rope", "pyrope._readers", "pyrope._ops", "pyrope.config", "pyrope.gguf",
+                        *sorted(TOOLS)),
+    # readers return arguments: no Rope, no engine, no adapter
+    "pyrope._readers": ("pyrope.rope", "pyrope._engine", "pyrope._interop", "pyrope._ops", "pyrope.config",
+                        *sorted(TOOLS)),
+    "pyrope._rules": ("pyrope.rope", "pyrope._engine", "pyrope._interop", "pyrope._readers", "pyrope._ops",
+                      *sorted(TOOLS)),
+    # operations on ropes get the Rope class as an argument
+    "pyrope._ops": ("pyrope.rope", "pyrope.cache", "pyrope.positions", "pyrope.config", *sorted(TOOLS)),
+}
+
+
+def test_each_layer_keeps_to_its_rule():
+    broken = sorted(f"{m} -> {t}" for package, banned in FORBIDDEN.items() for m, t in edges_from(package)
+                    if any(under(t, b) for b in banned))
+    assert not broken, broken
+
+
+def test_the_private_modules_live_in_their_layers():
+    """Flat private modules left at the top, each for a stated reason."""
+    flat = sorted(n for n in MODULES if n.count(".") == 1 and n.split(".")[1].startswith("_")
+                  and n != EXTENSION and MODULES[n].name != "__init__.py")
+    assert flat == ["pyrope.__main__", "pyrope._build", "pyrope._checks", "pyrope._table_cache"], flat

@@ -23,10 +23,14 @@ OPTIONAL = ("ml_dtypes", "matplotlib", "torch", "onnx", "onnxruntime", "transfor
 
 # what rotating and its numpy-only API need; nothing else may load with `import pyrope`
 CORE = {
-    "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._kernel", "pyrope._checks",
-    "pyrope._plan", "pyrope._tensors", "pyrope._sections", "pyrope._table_cache", "pyrope._locks", "pyrope._hf_config", "pyrope._rekey", "pyrope._dlpack_devices", "pyrope._explicit", "pyrope.errors", "pyrope.scaling",
-    "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
-    "pyrope.cache", "pyrope.layout", "pyrope._dynamic", "pyrope._correctly_rounded",
+    "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._checks", "pyrope.errors",
+    "pyrope._engine", "pyrope._engine.kernel", "pyrope._engine.plan", "pyrope._engine.sections",
+    "pyrope._engine.table_cache", "pyrope._engine.locks",
+    "pyrope._interop", "pyrope._interop.tensors", "pyrope._interop.dlpack_devices",
+    "pyrope._readers", "pyrope._readers.hf_config", "pyrope._ops", "pyrope._ops.rekey", "pyrope._ops.explicit",
+    "pyrope._rules", "pyrope._rules.dynamic", "pyrope._rules.correctly_rounded",
+    "pyrope.scaling", "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
+    "pyrope.cache", "pyrope.layout",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 
@@ -85,7 +89,7 @@ import sys
 {first}
 import hashlib
 import numpy as np, pyrope
-from pyrope import _plan
+from pyrope._engine import plan as _plan
 assert ('ml_dtypes' in sys.modules) == {before!r}
 import ml_dtypes
 bf = ml_dtypes.bfloat16

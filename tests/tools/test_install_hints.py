@@ -175,7 +175,8 @@ def test_the_gguf_message(monkeypatch):
 
 
 def test_the_matplotlib_messages(monkeypatch):
-    from pyrope import _bench_plot, spectrum
+    from pyrope._bench import plot as _bench_plot
+    from pyrope import spectrum
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     for message in (message_of(spectrum.require_matplotlib), message_of(_bench_plot.plot, [], "", "x.png")):
         assert_hints_work(message, "matplotlib")
@@ -183,7 +184,7 @@ def test_the_matplotlib_messages(monkeypatch):
 
 
 def test_the_ml_dtypes_hint():
-    from pyrope import _kernel
+    from pyrope._engine import kernel as _kernel
     assert_hints_work("bfloat16 needs the ml_dtypes package: " + _kernel.ML_DTYPES_HINT, "ml_dtypes")
 
 

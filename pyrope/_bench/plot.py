@@ -8,7 +8,7 @@ peers (near 0.01) share one scale. matplotlib is imported on use only.
 """
 import io
 
-from . import errors
+from .. import errors
 
 PEER_STYLE = {"numpy": dict(marker="x", color="0.45"), "torch": dict(marker="+", color="0.15", s=70),
               "onnxruntime": dict(marker="^", facecolors="none", edgecolors="#7b3fa0")}

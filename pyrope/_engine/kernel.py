@@ -17,9 +17,9 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import _locks
-from ._pyrope_cffi import ffi, lib
-from .errors import OverflowError, RopeError, TypeError, ValueError, install_hint
+from . import locks as _locks
+from .._pyrope_cffi import ffi, lib
+from ..errors import OverflowError, RopeError, TypeError, ValueError, install_hint
 
 # ---- limits (pyrope.h) -------------------------------------------------------
 

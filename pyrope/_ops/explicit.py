@@ -7,7 +7,7 @@ Rope class an argument (this module sits below ``pyrope.rope``).
 """
 import numpy as np
 
-from .scaling import Resolved
+from ..scaling import Resolved
 
 
 def explicit_rope(rope_class, head_dim, *, layout, inv_freq, attention_factor=1.0, rule="explicit", mrope_section=None,

@@ -16,9 +16,9 @@ import ctypes
 
 import numpy as np
 
-from . import _kernel
-from ._dlpack_devices import CPU_DEVICES, device_name
-from .errors import TypeError, ValueError, raised
+from .._engine import kernel as _kernel
+from .dlpack_devices import CPU_DEVICES, device_name
+from ..errors import TypeError, ValueError, raised
 
 _DLPACK_MAJOR = 1
 _READ_ONLY = 1  # DLPACK_FLAG_BITMASK_READ_ONLY

@@ -34,7 +34,7 @@ import struct
 
 import numpy as np
 
-from .errors import ValueError
+from ..errors import ValueError
 
 __all__ = ["GGUFFile"]
 

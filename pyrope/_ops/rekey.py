@@ -9,13 +9,13 @@ import builtins
 
 import numpy as np
 
-from . import _kernel
-from ._tensors import entry
-from ._checks import (MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, checked_positions, positions_array,
-                      scale_problem)
-from ._explicit import explicit_rope, unit_twin
-from ._sections import is_sectioned
-from .errors import TypeError, ValueError
+from .._engine import kernel as _kernel
+from .._interop.tensors import entry
+from .._checks import (MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, checked_positions, positions_array,
+                       scale_problem)
+from .explicit import explicit_rope, unit_twin
+from .._engine.sections import is_sectioned
+from ..errors import TypeError, ValueError
 
 
 def _token_shape(rope, k, seq_axis):

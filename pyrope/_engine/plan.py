@@ -17,9 +17,9 @@ import math
 
 import numpy as np
 
-from . import _kernel
-from ._checks import checked_positions, positions_array, too_large
-from .errors import ValueError
+from . import kernel as _kernel
+from .._checks import checked_positions, positions_array, too_large
+from ..errors import ValueError
 
 
 # ---- views ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ constants.
 """
 import torch
 
-from .errors import ValueError
+from ..errors import ValueError
 
 
 class _Rotation(torch.autograd.Function):

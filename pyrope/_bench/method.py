@@ -1,6 +1,6 @@
 """How ``pyrope bench`` measures: the timing of a round and the yardstick's
 instruction set, one definition read by the timing (:mod:`pyrope.benchmark`)
-and by the report that states it (``pyrope._bench_report``), which therefore
+and by the report that states it (``pyrope._bench.report``), which therefore
 never imports the benchmark."""
 
 IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
@@ -22,5 +22,5 @@ def method():
 
 def yardstick_isa():
     """The instruction set the yardstick runs under: the widest this machine has."""
-    from . import _kernel   # the report reads saved runs without the extension loaded
+    from .._engine import kernel as _kernel   # the report reads saved runs without the extension loaded
     return _kernel.supported_isas()[-1]

@@ -35,9 +35,9 @@ import sys
 
 import numpy as np
 
-from . import _kernel
-from ._dlpack_devices import CPU_DEVICES, ELSEWHERE, device_name
-from .errors import TypeError, ValueError, raised
+from .._engine import kernel as _kernel
+from .dlpack_devices import CPU_DEVICES, ELSEWHERE, device_name
+from ..errors import TypeError, ValueError, raised
 
 _ndarray = np.ndarray
 SERVED = "float32, float16, bfloat16 or float64"
@@ -166,7 +166,7 @@ def _dlpack_view(name, obj, data):
     try:
         arr = _numpy_import(obj)
     except Exception as exc:  # numpy refuses bfloat16 (and types it lacks): read the capsule
-        from ._dlpack import import_view
+        from .dlpack import import_view
         arr = import_view(name, obj, exc, f"dtype {SERVED}" if data else "an integer dtype")
     if data and not _kernel.stores(arr.dtype):
         raise TypeError(f"{name} must have dtype {SERVED}, got {arr.dtype}")
@@ -259,7 +259,7 @@ def _kept(positions, name="positions"):
 
 
 def _autograd():
-    from . import _torch_autograd
+    from . import torch_autograd as _torch_autograd
     return _torch_autograd
 
 

@@ -18,7 +18,7 @@ from importlib import metadata
 import os
 import platform
 
-from . import _bench_method
+from . import method as _bench_method
 
 FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512fp16")
 ISA_FAMILY = "avx512"   # the target "2x AVX2" is for the AVX-512 kernels
@@ -67,7 +67,7 @@ def cpu_line(cpu):
 
 def machine_info():
     """Everything a table needs to say where it was measured (JSON-serialisable)."""
-    from . import _kernel
+    from .._engine import kernel as _kernel
     versions = {"python": platform.python_version()}
     for name in ("numpy", "torch", "onnxruntime", "ml_dtypes"):
         try:   # from the installed metadata: importing torch alone takes seconds
@@ -88,7 +88,7 @@ def extension_info():
     it sits beside the Python package imported (an editable install of another
     checkout can supply the extension when this one has none built)."""
     import hashlib
-    from . import _pyrope_cffi
+    from .. import _pyrope_cffi
     path = os.path.abspath(_pyrope_cffi.__file__)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
@@ -352,6 +352,6 @@ def read_json(path):
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if data.get("format") != "pyrope-bench/1":
-        from .errors import ValueError
+        from ..errors import ValueError
         raise ValueError(f"{path}: not a pyrope bench JSON file (format {data.get('format')!r})")
     return data["rows"], data["machine"]

@@ -20,8 +20,8 @@ import builtins
 
 import numpy as np
 
-from ._checks import as_bool, as_int
-from .errors import TypeError, ValueError, shown
+from .._checks import as_bool, as_int
+from ..errors import TypeError, ValueError, shown
 
 N_COMPONENTS = (3, 4)
 
