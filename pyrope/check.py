@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import reference
-from ._checks import as_int
+from ._engine.checks import as_int
 from ._engine.kernel import MAX_POSITION
 from .errors import TypeError, ValueError
 

@@ -13,7 +13,7 @@ import os
 import sys
 
 from .errors import RopeError
-from ._checks import MAX_HEAD_DIM
+from ._engine.checks import MAX_HEAD_DIM
 
 EXAMPLES = {
     "demo": "example: pyrope demo --dim 64 --base 10000",

@@ -70,7 +70,7 @@ import math
 import numbers
 import re
 
-from ._checks import MAX_HEAD_DIM, inv_freq_problem, scale_problem
+from ._engine.checks import MAX_HEAD_DIM, inv_freq_problem, scale_problem
 from .errors import TypeError, ValueError, shown
 from . import scaling as _scaling
 from .scaling import Resolved

@@ -56,7 +56,7 @@ import math
 import numbers
 import os
 
-from ._checks import MAX_HEAD_DIM
+from ._engine.checks import MAX_HEAD_DIM
 from ._readers.gguf_file import GGUFFile
 from .errors import ImportError, RopeError, TypeError, ValueError, install_hint, shown
 from .scaling import FreqFactors, Linear, LongRope, Resolved, Yarn, _positive_int, resolve

@@ -18,7 +18,7 @@ import builtins
 
 import numpy as np
 
-from ._checks import as_even_dim, as_int, as_layout, too_large
+from ._engine.checks import as_even_dim, as_int, as_layout, too_large
 from ._interop.tensors import is_foreign, as_array, restore, torch_of
 from .errors import TypeError, ValueError
 

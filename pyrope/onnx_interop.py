@@ -14,7 +14,7 @@ import numpy as np
 
 from ._engine import kernel as _kernel, plan as _plan
 from ._interop import tensors as _tensors
-from ._checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
+from ._engine.checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
 from .errors import TypeError, ValueError, shown
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables

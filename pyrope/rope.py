@@ -13,8 +13,8 @@ import numpy as np
 from ._engine import kernel as _kernel, plan as _plan
 from ._ops import rekey as _rekey
 from ._interop import tensors as _tensors
-from ._checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
-                      as_layout, checked_positions, positions_array, too_large)
+from ._engine.checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
+                             as_layout, checked_positions, positions_array, too_large)
 from ._readers.hf_config import hf_rope_arguments
 from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
@@ -601,7 +601,7 @@ class _Job:
         self.angles = angles
         self.seq_axis = int(seq_axis)
         self.offset = as_int("offset", offset)
-        self.positions = positions
+        self.positions = _tensors.positions_view("positions", positions)
         if positions is not None and self.offset != 0:
             raise ValueError(f"pass either positions or offset, not both (offset={self.offset})")
         self.items = []

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from . import kernel as _kernel
-from .._checks import checked_positions, positions_array, too_large
+from .checks import checked_positions, positions_array, too_large
 from ..errors import ValueError
 
 

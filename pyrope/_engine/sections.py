@@ -20,7 +20,7 @@ import builtins
 
 import numpy as np
 
-from .._checks import as_bool, as_int
+from .checks import as_bool, as_int
 from ..errors import TypeError, ValueError, shown
 
 N_COMPONENTS = (3, 4)

@@ -27,7 +27,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import kernel as _kernel, locks as _locks
-from .._checks import MAX_POSITION
+from .checks import MAX_POSITION
 
 Window = namedtuple("Window", "start stop cos sin angles")
 Window.__doc__ = """Rows for positions ``[start, stop)``, and the ``rope_angles`` template reading them."""

@@ -117,6 +117,15 @@ def as_array(name, obj, data=True):
     return _dlpack_view(name, obj, data)
 
 
+def positions_view(name, value):
+    """Integer positions as the checks take them: a tensor or DLPack object
+    viewed as an ndarray (no copy), anything else as given. Called where a
+    public entry receives positions, so the checks below see no foreign object."""
+    if type(value) is _ndarray or not is_foreign(value):
+        return value
+    return as_array(name, value, data=False)
+
+
 def _torch_view(torch, name, t, data):
     if t.dtype in _TORCH_PLAIN:
         try:   # the common case in one step: numpy() itself refuses other devices and layouts,

@@ -19,9 +19,9 @@ import os
 import pathlib
 import warnings
 
-from .._checks import LAYOUT_NAMES
+from .._engine.checks import LAYOUT_NAMES
 from ..errors import TypeError, ValueError, shown
-from .._checks import MAX_HEAD_DIM
+from .._engine.checks import MAX_HEAD_DIM
 from ..scaling import Default, _positive_int, _shown, _yarn_m, resolve, rule_from_dict
 from ..scaling import _sorted_keys as _sorted
 

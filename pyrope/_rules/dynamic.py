@@ -11,7 +11,7 @@ pyrope's ``seq_len`` is the length the frequencies are for, so a backend that
 wants transformers' numbers keeps the same length and passes it as ``seq_len``.
 LongRoPE keeps no state: its ``seq_len`` is each call's own.
 """
-from .._checks import as_int
+from .._engine.checks import as_int
 from ..errors import ValueError
 
 __all__ = ["dynamic_seq_len"]

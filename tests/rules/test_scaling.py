@@ -504,7 +504,7 @@ def test_extreme_yarn_betas_and_a_base_near_one_resolve(ref):
 
 
 def test_dims_beyond_max_dim_are_refused_before_any_allocation():
-    from pyrope._checks import MAX_HEAD_DIM  # the bound Rope itself checks
+    from pyrope._engine.checks import MAX_HEAD_DIM  # the bound Rope itself checks
     for kwargs in ({"head_dim": 2**40, "rotary_dim": 64}, {"head_dim": 2**40, "rotary_dim": 2**40},
                    {"head_dim": MAX_HEAD_DIM + 2, "rotary_dim": MAX_HEAD_DIM + 2}):
         with pytest.raises(errors.ValueError, match=f"at most {MAX_HEAD_DIM}"):

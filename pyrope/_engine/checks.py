@@ -10,9 +10,8 @@ import sys
 
 import numpy as np
 
-from ._engine.kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
-from ._interop.tensors import as_array, is_foreign
-from .errors import OverflowError, TypeError, ValueError, shown
+from .kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
+from ..errors import OverflowError, TypeError, ValueError, shown
 
 LAYOUT_NAMES = ("interleaved", "split_half")
 
@@ -180,9 +179,7 @@ def positions_array(name, value):
     if isinstance(value, np.ndarray):
         refuse_masked(name, value)
         arr = value if type(value) is np.ndarray else np.asarray(value)   # np.matrix, memmap: the plain array
-    elif is_foreign(value):   # a torch int tensor, a DLPack array: viewed, not copied
-        arr = as_array(name, value, data=False)
-    else:
+    else:   # tensors and DLPack objects arrive as ndarray views (_interop.tensors.positions_view)
         try:
             arr = np.asarray(value)
         except builtins.OverflowError:
