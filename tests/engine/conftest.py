@@ -43,8 +43,22 @@ class Paths:
         monkeypatch.setattr(_plan, "plan_direct", counted_plan_direct)
         monkeypatch.setattr(_plan, "CALLS", {})
 
+    def direct(self, fn, *args, **kwargs):
+        """``fn(...)``, asserting it took the direct path (no general path)."""
+        before = self.general
+        got = fn(*args, **kwargs)
+        assert self.general == before, "took the general path"
+        return got
+
+    def general_path(self, fn, *args, **kwargs):
+        """``fn(...)``, asserting it took the general path."""
+        before = self.general
+        got = fn(*args, **kwargs)
+        assert self.general == before + 1, "did not take the general path"
+        return got
+
 
 @pytest.fixture
 def paths(monkeypatch):
-    """A :class:`Paths` spy for the test (``tests/engine/test_direct_path.py`` has its own)."""
+    """A :class:`Paths` spy for the test."""
     return Paths(monkeypatch)

@@ -2,7 +2,6 @@
 address as they are (any strides with a contiguous last axis), with cached
 table rows, go through a memoised kernel call; every result must be the
 general path's (``angles="table"`` forces it: the same rows), bit for bit."""
-import sys
 import threading
 
 import numpy as np
@@ -11,15 +10,11 @@ import pytest
 import pyrope
 from pyrope import Rope
 from pyrope._engine import plan as _plan
+from array_bits import bits
 from tolerance import assert_rotation_close, reference_rotation
 
 import ml_dtypes  # noqa: E402 - the test extra installs it
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64]
-UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a):
-    return np.ascontiguousarray(a).view(UINT[a.dtype.itemsize])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -73,60 +68,7 @@ def test_direct_path_with_explicit_positions(isa, dtype, rng):
     assert np.array_equal(bits(x), bits(keep))
 
 
-# ---- which path ran ------------------------------------------------------------------
-
-ROPE_MODULE = sys.modules["pyrope.rope"]
-
-
-class Paths:
-    """Counts what each call did: ``general`` (a ``_Job`` was made: the general
-    path) and ``planned`` (the memo missed and ``direct_call`` planned). The
-    memo starts empty."""
-
-    def __init__(self, monkeypatch):
-        self.general = self.planned = 0
-        paths, job, plan = self, ROPE_MODULE._Job, _plan.direct_call
-
-        class CountedJob(job):
-            def __init__(self, *args, **kwargs):
-                paths.general += 1
-                super().__init__(*args, **kwargs)
-
-        def counted_plan(*args):
-            paths.planned += 1
-            return plan(*args)
-
-        monkeypatch.setattr(ROPE_MODULE, "_Job", CountedJob)
-        monkeypatch.setattr(_plan, "direct_call", counted_plan)
-        monkeypatch.setattr(_plan, "CALLS", {})
-
-    def direct(self, fn, *args, **kwargs):
-        """``fn(...)``, asserting it took the direct path (no general path)."""
-        before = self.general
-        got = fn(*args, **kwargs)
-        assert self.general == before, "took the general path"
-        return got
-
-    def general_path(self, fn, *args, **kwargs):
-        """``fn(...)``, asserting it took the general path."""
-        before = self.general
-        got = fn(*args, **kwargs)
-        assert self.general == before + 1, "did not take the general path"
-        return got
-
-
-@pytest.fixture
-def paths(monkeypatch):
-    return Paths(monkeypatch)
-
-
-@pytest.fixture
-def threads():
-    """Restore the thread count after the test."""
-    before = pyrope.get_num_threads()
-    yield
-    pyrope.set_num_threads(before)
-
+# ---- which path ran (the ``paths`` spy of tests/engine/conftest.py) -------------------
 
 GENERAL = {"angles": "table"}   # forces the general path, with the same cached rows
 
