@@ -96,9 +96,7 @@ class Rope:
         self._tables64 = None  # float64 rows for float64 arrays, made on first use (_rows_for)
         self._plan_key = (layout, self._rotary_dim, head_dim)  # what plans of this rope depend on
         self._plan_tag = _plan.plan_tag(self._plan_key)        # the same, as memo keys hold it
-        # from_hf_config and from_contract set these two after construction
-        self._softmax_scale_factor = 1.0
-        self._layout_source = "argument"
+        self._recorded(1.0, "argument")   # from_hf_config, from_contract and unpickling record their own
 
     @classmethod
     def from_hf_config(cls, config, *, layout=None, seq_len=None, layer_type=None):
@@ -132,9 +130,14 @@ class Rope:
         """The Rope of a config reader's ``RopeArguments``: built from its keyword
         arguments, with the two facts a Rope records beside them."""
         rope = cls(**arguments.kwargs)
-        rope._softmax_scale_factor = float(arguments.softmax_scale_factor)
-        rope._layout_source = arguments.layout_source
+        rope._recorded(float(arguments.softmax_scale_factor), arguments.layout_source)
         return rope
+
+    def _recorded(self, softmax_scale_factor, layout_source):
+        """Record the two facts a Rope keeps beside its position function (see
+        :attr:`softmax_scale_factor`, :attr:`layout_source`)."""
+        self._softmax_scale_factor = softmax_scale_factor
+        self._layout_source = layout_source
 
     @classmethod
     def from_gguf(cls, path, *, layer=None, seq_len=None, layout=None):
@@ -177,7 +180,7 @@ class Rope:
             checked("mrope_section", pair_components, section, interleaved, resolved.rotary_dim // 2)
         rope = cls(head_dim, layout=layout, base=base, rotary_dim=resolved.rotary_dim, scaling=resolved,
                    mrope_section=section, mrope_interleaved=interleaved)
-        rope._softmax_scale_factor, rope._layout_source = config_facts_from_contract(contract)
+        rope._recorded(*config_facts_from_contract(contract))
         return rope
 
     def contract(self):
@@ -212,8 +215,7 @@ class Rope:
         self.__init__(slots["_head_dim"], layout=slots["_layout"], base=slots["_base"],
                       rotary_dim=slots["_resolved"].rotary_dim, scaling=slots["_resolved"],
                       mrope_section=slots["_mrope_section"], mrope_interleaved=slots["_mrope_interleaved"])
-        self._softmax_scale_factor = slots["_softmax_scale_factor"]
-        self._layout_source = slots["_layout_source"]
+        self._recorded(slots["_softmax_scale_factor"], slots["_layout_source"])
 
     @property
     def fingerprint(self):

@@ -36,9 +36,6 @@ class Lock:
         """Is it held now (by any thread)?"""
         return self._lock.locked()
 
-    def __reduce__(self):
-        return (Lock, ())   # a copy is a new, unheld lock
-
 
 def after_fork_in_child(hook):
     """Run ``hook()`` in every forked child, after the locks are renewed (for
