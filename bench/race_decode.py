@@ -1,6 +1,6 @@
 """Race the decode call of this checkout against an older commit's, in one process.
 
-    PYTHONPATH=. python bench/race_decode.py [--old COMMIT] [--rounds N] [--block N]
+    PYTHONPATH=. python bench/race_decode.py [--old COMMIT] [--rounds N] [--block N] [--tensors]
 
 The calls are a decode step of one sequence, float32, head_dim 128, 32 q
 heads and 8 KV heads, in both rope layouts and both cache layouts
@@ -12,7 +12,9 @@ heads and 8 KV heads, in both rope layouts and both cache layouts
   (the slice taken in every call, as a backend writes it);
 - ``apply_qk in place``: ``rope.apply_qk(q, k, offset=t, out=(q, k))``;
 - each again as a prepared call (``Rope.prepare``/``prepare_qk`` of the same
-  arrays), called exactly as above.
+  arrays), called exactly as above;
+- with ``--tensors``, all of it on torch tensors over the same memory (the
+  path a torch backend takes through the edge, ``pyrope._interop.edge``).
 
 The old commit is built as the package ``pyrope_old`` (``bench/race.py``), so
 both run side by side. Every round, each contender (old and new, apply and
@@ -58,10 +60,11 @@ def cpu():
     return info.get("model name", "?"), info.get("cpu family", "?"), info.get("model", "?"), " ".join(flags)
 
 
-def contenders(module, layout, seq_axis, kind, block):
+def contenders(module, layout, seq_axis, kind, block, tensors=False):
     """``{"apply": f, "prepared": f}``: each ``f()`` runs ``block`` decode calls
     at positions BASE.., on its own arrays and its own Rope; plus the arrays
-    the calls write, for the bit-for-bit check."""
+    the calls write, for the bit-for-bit check. ``tensors``: the calls take
+    torch tensors over those arrays' memory."""
     rng = np.random.default_rng(7)
     rope = module.Rope(128, layout=layout)
     rope.apply(np.zeros((1, SLOTS, 1, 128), np.float32), offset=BASE)   # rows for every position
@@ -79,6 +82,10 @@ def contenders(module, layout, seq_axis, kind, block):
 
         def slot(t):
             return cache[:, :, t:t + 1]
+    arrays = (q, k, cache)
+    if tensors:
+        import torch
+        q, k, cache = (torch.from_numpy(a) for a in arrays)
     if kind == "apply":
         step = rope.prepare(q, out=q, seq_axis=seq_axis)
 
@@ -109,7 +116,7 @@ def contenders(module, layout, seq_axis, kind, block):
         def by_prepared():
             for t in range(block):
                 step(q, k, offset=BASE + t, out=(q, slot(t)))
-    return {"apply": by_apply, "prepared": by_prepared}, (q, k, cache)
+    return {"apply": by_apply, "prepared": by_prepared}, arrays
 
 
 def timed(fn):
@@ -123,13 +130,13 @@ def timed(fn):
     return time.perf_counter() - t0
 
 
-def same_results(old, new, layout, seq_axis, kind):
+def same_results(old, new, layout, seq_axis, kind, tensors=False):
     """Old and new give the same bits, by apply and by the prepared call, and
     the same as the general path (angles="table", the same rows)."""
     for how in ("apply", "prepared"):
         got = []
         for module in (old, new):
-            fns, arrays = contenders(module, layout, seq_axis, kind, 8)
+            fns, arrays = contenders(module, layout, seq_axis, kind, 8, tensors)
             fns[how]()
             got.append(arrays)
         for a, b in zip(*got):
@@ -143,10 +150,10 @@ def same_results(old, new, layout, seq_axis, kind):
     assert np.array_equal(direct.view(np.uint32), general.view(np.uint32)), (layout, seq_axis)
 
 
-def race_case(old, new, layout, seq_axis, kind, rounds, block):
+def race_case(old, new, layout, seq_axis, kind, rounds, block, tensors=False):
     fns = {}
     for tag, module in (("old", old), ("new", new)):
-        calls, _ = contenders(module, layout, seq_axis, kind, block)
+        calls, _ = contenders(module, layout, seq_axis, kind, block, tensors)
         for how, fn in calls.items():
             fns[f"{tag} {how}"] = fn
     names = list(fns)
@@ -173,6 +180,7 @@ def main(argv=None):
     p.add_argument("--old", default="main", help="the commit to race against (default main)")
     p.add_argument("--rounds", type=int, default=61)
     p.add_argument("--block", type=int, default=200, help="calls per timed block (at most %d)" % SLOTS)
+    p.add_argument("--tensors", action="store_true", help="torch tensors instead of ndarrays (needs torch)")
     args = p.parse_args(argv)
     block = max(1, min(SLOTS, args.block))
     name, family, model, flags = cpu()
@@ -181,7 +189,7 @@ def main(argv=None):
         print(f"CPU: {name}, family {family} model {model}; flags: {flags}; {os.cpu_count()} CPUs")
         print(f"new: {pyrope.__file__} (ISA {pyrope.get_isa()}), old: {args.old} (ISA {old.get_isa()}); "
               f"{pyrope.get_num_threads()} threads; Python {platform.python_version()}, numpy {np.__version__}")
-        print(f"{args.rounds} rounds, blocks of {block} calls; load average at start "
+        print(f"{'torch tensors' if args.tensors else 'ndarrays'}; {args.rounds} rounds, blocks of {block} calls; load average at start "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         print("ratios: medians of per-round ratios (interquartile range); times: medians per call")
         head = ("| call | layout | cache | old/new apply | old/new prepared | new apply/prepared | "
@@ -191,8 +199,8 @@ def main(argv=None):
         for kind in ("apply", "apply_qk", "apply_qk in place"):
             for seq_axis in (-3, -2):
                 for layout in ("split_half", "interleaved"):
-                    same_results(old, pyrope, layout, seq_axis, kind)
-                    ratios, times = race_case(old, pyrope, layout, seq_axis, kind, args.rounds, block)
+                    same_results(old, pyrope, layout, seq_axis, kind, args.tensors)
+                    ratios, times = race_case(old, pyrope, layout, seq_axis, kind, args.rounds, block, args.tensors)
                     cells = []
                     for key in ("old/new apply", "old/new prepared", "new apply/prepared", "old apply/prepared"):
                         q1, med, q3 = np.percentile(ratios[key], [25, 50, 75])

@@ -12,14 +12,12 @@ per-head q/k-norm weights) does this once, at load time; swapping only
 
 The converters take numpy arrays, torch tensors (indexed by torch itself:
 any device and dtype, autograd intact) and other DLPack objects (through a
-numpy view, the result converted back as ``pyrope._interop.tensors`` describes).
+numpy view, the result converted back as ``pyrope._interop.edge`` describes).
 """
-import builtins
-
 import numpy as np
 
-from ._engine.checks import as_even_dim, as_int, as_layout, too_large
-from ._interop.tensors import is_foreign, as_array, restore, torch_of
+from ._engine.checks import as_even_dim, as_int, as_layout
+from ._interop.edge import entry, take
 from .errors import TypeError, ValueError
 
 
@@ -46,22 +44,24 @@ def permutation(head_dim, from_layout, to_layout, rotary_dim=None):
     return perm
 
 
+@entry(inputs=("x",), native=True, data=False)
 def convert_heads(x, from_layout, to_layout, *, rotary_dim=None):
     """Per-head vectors ``[..., head_dim]`` (q, k, or a per-head norm weight) in the other layout."""
-    given, x = x, _as_array("x", x)
+    x = _indexable("x", x)
     if x.ndim < 1:
         raise ValueError("x must have a head_dim axis, got a scalar")
     try:
         index = permutation(x.shape[-1], from_layout, to_layout, rotary_dim)
     except ValueError as exc:   # head_dim is x's last axis: say so
         raise ValueError(str(exc).replace("head_dim", "head_dim (x.shape[-1])", 1)) from None
-    return restore(_take(x, (Ellipsis, _index(x, index)), "x"), given)
+    return take(x, (Ellipsis, index), "x")
 
 
+@entry(inputs=("w",), native=True, data=False)
 def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=None):
     """Rows of a projection ``[num_heads * head_dim, ...]`` (weight or bias),
     permuted head by head into the other layout. Returns a new array."""
-    given, w = w, _as_array("w", w)
+    w = _indexable("w", w)
     num_heads = as_int("num_heads", num_heads)
     if num_heads <= 0:
         raise ValueError(f"num_heads must be positive, got {num_heads}")
@@ -71,7 +71,7 @@ def permute_rows(w, num_heads, head_dim, from_layout, to_layout, *, rotary_dim=N
                          f"{num_heads * head_dim}, got shape {w.shape}")
     perm = permutation(head_dim, from_layout, to_layout, rotary_dim)
     rows = (np.arange(num_heads, dtype=np.int64)[:, None] * head_dim + perm[None, :]).reshape(-1)
-    return restore(_take(w, _index(w, rows), "w"), given)
+    return take(w, (rows,), "w")
 
 
 def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layout, rotary_dim=None,
@@ -95,7 +95,7 @@ def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layo
     for name, value in given.items():
         if value is None:
             continue
-        if name.endswith("norm") and tuple(_as_array(name, value).shape) == (head_dim,):
+        if name.endswith("norm") and _shape(name, value) == (head_dim,):
             out[name] = convert_heads(value, from_layout, to_layout, rotary_dim=rotary_dim)
             continue
         try:
@@ -106,39 +106,23 @@ def convert_attention(*, num_heads, num_kv_heads, head_dim, from_layout, to_layo
     return out
 
 
-def _take(a, index, name):
-    """``a[index]``, a new array as large as ``a``; one numpy cannot allocate
-    (``a`` a broadcast view of terabytes) is a ValueError naming ``name``."""
-    if torch_of(a) is not None:
-        try:
-            return a[index]
-        except (MemoryError, RuntimeError):   # torch: "Storage size calculation overflowed", ...
-            raise ValueError(f"{name}: the result of shape {tuple(a.shape)} ({a.dtype}) cannot be "
-                             f"allocated") from None
-    try:
-        return a[index]
-    except (MemoryError, builtins.ValueError):
-        raise too_large(name, a.shape, a.dtype) from None
-
-
-def _index(a, index):
-    """``index`` (int64 ndarray) as ``a`` takes it: a tensor on a torch tensor's device."""
-    torch = torch_of(a)
-    return index if torch is None else torch.as_tensor(index, device=a.device)
-
-
-def _as_array(name, value):
-    """``value`` as something to index: a torch tensor as it is, another DLPack
-    object as a numpy view, anything else as an ndarray."""
-    if torch_of(value) is not None:
+def _indexable(name, value):
+    """``value`` as the converters index it: an ndarray or a torch tensor (the
+    edge has viewed other DLPack objects), anything else as an ndarray."""
+    if isinstance(value, np.ndarray) or hasattr(type(value), "__dlpack__"):
         return value
-    if is_foreign(value):
-        return as_array(name, value, data=False)
-    if not isinstance(value, np.ndarray):
-        try:
-            value = np.asarray(value)
-        except Exception:
-            raise TypeError(f"{name} must be an array, got {type(value).__name__}") from None
+    try:
+        value = np.asarray(value)
+    except Exception:
+        raise TypeError(f"{name} must be an array, got {type(value).__name__}") from None
     if value.dtype == object:
         raise TypeError(f"{name} must be a numeric array, got dtype object")
     return value
+
+
+def _shape(name, value):
+    """The shape of ``value`` (an array, a tensor, or what numpy makes an array of)."""
+    shape = getattr(value, "shape", None)
+    if shape is None and not hasattr(type(value), "__dlpack__"):
+        shape = _indexable(name, value).shape
+    return None if shape is None else tuple(shape)

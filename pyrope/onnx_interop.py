@@ -13,7 +13,7 @@ import builtins
 import numpy as np
 
 from ._engine import kernel as _kernel, plan as _plan
-from ._interop import tensors as _tensors
+from ._interop.edge import entry
 from ._engine.checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
 from .errors import TypeError, ValueError, shown
 
@@ -64,7 +64,7 @@ def _cache_array(name, value, dtype):
     return value
 
 
-@_tensors.entry(inputs=("input", "cos_cache", "sin_cache"), positions=("position_ids",))
+@entry(inputs=("input", "cos_cache", "sin_cache"), positions=("position_ids",))
 def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, interleaved=0,
                           rotary_embedding_dim=0, num_heads=0):
     """ONNX ``RotaryEmbedding`` (opset 23); returns a new array of the input's type.

@@ -35,7 +35,7 @@ import numpy as np
 from ._rules import correctly_rounded as _correctly_rounded
 from ._engine.checks import MAX_POSITION, allocate, as_bool, as_even_dim, as_int, as_positions, refuse_masked, too_large
 from ._ops.explicit import explicit_rope
-from ._interop.tensors import entry, positions_view
+from ._interop.edge import entry
 from .errors import TypeError, ValueError
 from .rope import Rope
 
@@ -44,7 +44,7 @@ MULTIMODAL_KINDS = ("text", "image", "video")
 
 
 def _as_cu_seqlens(cu_seqlens):
-    cu = as_positions("cu_seqlens", positions_view("cu_seqlens", cu_seqlens))
+    cu = as_positions("cu_seqlens", cu_seqlens)
     if cu.ndim != 1 or cu.size < 1:
         raise ValueError(f"cu_seqlens must be a 1-D integer array [n_seqs + 1], got shape {cu.shape}")
     if cu[0] != 0:
@@ -65,7 +65,7 @@ def _varlen_checked(cu_seqlens, offsets):
     if offsets is None:
         off = np.zeros(n_seqs, dtype=np.int64)
     else:
-        off = as_positions("offsets", positions_view("offsets", offsets))
+        off = as_positions("offsets", offsets)
         if off.shape != (n_seqs,):
             raise ValueError(f"offsets must have shape [n_seqs]=({n_seqs},) to match cu_seqlens, got {off.shape}")
     last = off + np.maximum(lengths - 1, 0)
@@ -91,6 +91,7 @@ def _varlen_built(cu, off, lengths):
     return positions
 
 
+@entry(inputs=(), positions=("cu_seqlens", "offsets"), like="")
 def varlen_positions(cu_seqlens, offsets=None):
     """Per-token positions int64 ``[cu_seqlens[-1]]`` of a packed batch.
 
@@ -105,6 +106,7 @@ def varlen_positions(cu_seqlens, offsets=None):
     return _varlen_built(*_varlen_checked(cu_seqlens, offsets))
 
 
+@entry(inputs=(), positions=("cu_seqlens",), like="")
 def sequence_ids(cu_seqlens):
     """int64 ``[total_tokens]``: the index of the sequence each packed token belongs to."""
     cu = _as_cu_seqlens(cu_seqlens)

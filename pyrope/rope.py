@@ -6,15 +6,16 @@ float64 inverse frequencies and attention factor define one position function.
 import builtins
 import copy
 import dataclasses
-import sys
-
 import numpy as np
 
 from ._engine import kernel as _kernel, plan as _plan
+from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
+                             out_pair, positions_array, too_large)
+from ._engine.direct import GENERAL, may_share, qk_marks
+from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
+from ._interop.edge import Edge
 from ._ops import rekey as _rekey
-from ._interop import tensors as _tensors
-from ._engine.checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
-                             as_layout, checked_positions, positions_array, too_large)
+from .prepared import PreparedApply, PreparedApplyQK, PreparedRotation  # noqa: F401 (pyrope.rope.PreparedRotation)
 from ._readers.hf_config import hf_rope_arguments
 from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
@@ -25,7 +26,6 @@ from ._engine.table_cache import TableCache
 from .scaling import resolve
 
 _MISSING = object()
-ANGLES = ("auto", "table", "on_the_fly")
 _AUTO = "auto"   # the default, so `angles is _AUTO` decides the common case (any other object: `==` on a str)
 
 
@@ -281,8 +281,8 @@ class Rope:
         Tensor or DLPack ``positions`` (a torch int tensor) give tables of
         their type (``dtype`` may then be ``torch.float32``/``torch.float64``).
         """
-        if type(positions) is not np.ndarray and _tensors.is_foreign(positions):
-            return _tensors.cos_sin(self, positions, dtype)
+        if type(positions) is not np.ndarray and _COS_SIN.foreign((self, positions, dtype)):
+            return _COS_SIN.convert(Rope.cos_sin, (self, positions, dtype))
         try:
             kind = None if dtype is None else np.dtype(dtype)
         except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
@@ -418,7 +418,7 @@ class Rope:
         be CPU torch tensors (float32, float16, bfloat16, float64; positions
         any integer dtype) or any object with ``__dlpack__`` in CPU memory,
         viewed without a copy: ``out=x`` rotates the tensor's own storage, a
-        new result is a tensor of x's type (``pyrope._interop.tensors`` says how other
+        new result is a tensor of x's type (``pyrope._interop.views`` says how other
         DLPack types come back). A tensor on another device, or of another
         dtype, is a ``TypeError`` naming it. A tensor that requires grad (grad
         enabled) is rotated differentiably: backward is ``apply(grad,
@@ -436,18 +436,18 @@ class Rope:
                 mark = None
             elif out is None:
                 mark = _FRESH
-            elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not _may_share(x, out):
+            elif type(out) is _ndarray and out.dtype is x.dtype and out.shape == x.shape and not may_share(x, out):
                 mark = out.strides
             else:
-                mark = _GENERAL
-            if mark is not _GENERAL:
+                mark = GENERAL
+            if mark is not GENERAL:
                 key = _direct_key(self._plan_tag, seq_axis, inverse, x, mark)
                 call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
                     call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,))
                 if call is not None:
                     result = _plan.fresh_result(x) if out is None else out
-                    rows = _window64(self) if call.wide else self._tables.window
+                    rows = self._rows_for(np.float64).window if call.wide else self._tables.window
                     if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
                         return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
@@ -471,10 +471,10 @@ class Rope:
                 marks = (_FRESH, _FRESH)
             elif type(out) is tuple and len(out) == 2:
                 qo, ko = out
-                marks = (None, None) if qo is q and ko is k else _qk_marks(q, k, qo, ko)
+                marks = (None, None) if qo is q and ko is k else qk_marks(q, k, qo, ko)
             else:
                 marks = None
-            if marks is not None and not _may_share(q, k):
+            if marks is not None and not may_share(q, k):
                 key = _direct_key(self._plan_tag, seq_axis, False, q, marks[0], k, marks[1])
                 call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
@@ -482,7 +482,7 @@ class Rope:
                 if call is not None:
                     results = (_plan.fresh_result(q) if qo is None else qo,
                                _plan.fresh_result(k) if ko is None else ko)
-                    rows = _window64(self) if call.wide else self._tables.window
+                    rows = self._rows_for(np.float64).window if call.wide else self._tables.window
                     if rows is not None and call.launch((q, k), results, rows.angles, positions, offset,
                                                         "Rope.apply_qk"):
                         return results
@@ -514,26 +514,26 @@ class Rope:
         backward through :meth:`apply`).
         """
         inverse = as_bool("inverse", inverse)
-        if _tensors.any_foreign(x, out):   # tensors: planned on their array views
-            x, out = _tensors.example_views((("x", x), ("out", out)))
-        _Job(self, None, 0, seq_axis).add("x", x, out, "out")
-        return _PreparedApply(self, (x,), (out,), int(seq_axis), inverse, ("x",), ("out",))
+        if _PREPARE.foreign((self, x, out, seq_axis, inverse)):   # tensors: planned on their array views
+            return _PREPARE.convert(_prepare, (self, x, out, seq_axis, inverse))
+        Job(self, None, 0, seq_axis).add("x", x, out, "out")
+        return PreparedApply(self, (x,), (out,), int(seq_axis), inverse, ("x",), ("out",))
 
     def prepare_qk(self, q, k, out=None, *, seq_axis=-3):
         """A :class:`PreparedRotation` of q and k together (see :meth:`prepare`):
         arrays laid out like ``q`` and ``k``, written to ``out`` = ``None`` (new
         arrays) or a pair ``(q_out, k_out)``, each the array itself (in place)
         or an array of its shape and dtype, e.g. ``out=(q, k_cache[:, 0:1])``."""
-        q_out, k_out = _out_pair(out)
-        if _tensors.any_foreign(q, k, q_out, k_out):   # tensors: planned on their array views
-            q, k, q_out, k_out = _tensors.example_views((("q", q), ("k", k), ("out[0]", q_out), ("out[1]", k_out)))
-        job = _Job(self, None, 0, seq_axis)
+        if _PREPARE_QK.foreign((self, q, k, out, seq_axis)):   # tensors: planned on their array views
+            return _PREPARE_QK.convert(_prepare_qk, (self, q, k, out, seq_axis))
+        q_out, k_out = out_pair(out)
+        job = Job(self, None, 0, seq_axis)
         job.add("q", q, q_out, "out[0]")
         as_float_array("k", k, (q.dtype,))
         job.add("k", k, k_out, "out[1]")
         if not _plan.same_tokens(q, k, job.seq_axis):
             raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
-        return _PreparedApplyQK(self, (q, k), (q_out, k_out), job.seq_axis, False, ("q", "k"),
+        return PreparedApplyQK(self, (q, k), (q_out, k_out), job.seq_axis, False, ("q", "k"),
                                 ("out[0]", "out[1]"))
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
@@ -556,33 +556,68 @@ class Rope:
         return _rekey.convert_keys(Rope, self, k, positions, to_rope, seq_axis=seq_axis, out=out)
 
 
-def _out_pair(out):
-    """``apply_qk``'s ``out``: None or a pair, as ``(q_out, k_out)``."""
-    if out is None:
-        return None, None
-    if isinstance(out, (tuple, list)) and len(out) == 2:
-        return out[0], out[1]
-    raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")
+# ---- the edge: tensors and DLPack objects, viewed as arrays, re-enter the public call ----
+
+def _apply(rope, x, positions, offset, seq_axis, out, inverse, angles):
+    return rope.apply(x, positions, offset=offset, seq_axis=seq_axis, out=out, inverse=inverse, angles=angles)
+
+
+def _apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):
+    return rope.apply_qk(q, k, positions, offset=offset, seq_axis=seq_axis, out=out, angles=angles)
+
+
+def _qk_adjoint(args):
+    """q and k turn by the same angles: each one's adjoint is the inverse rotation."""
+    rope = args["rope"]
+    return lambda g: rope.apply(g, args["positions"], offset=args["offset"], seq_axis=args["seq_axis"],
+                                inverse=True, angles=args["angles"])
+
+
+def _prepare(rope, x, out, seq_axis, inverse):
+    return rope.prepare(x, out, seq_axis=seq_axis, inverse=inverse)
+
+
+def _prepare_qk(rope, q, k, out, seq_axis):
+    return rope.prepare_qk(q, k, out, seq_axis=seq_axis)
+
+
+
+
+
+_APPLY = Edge("Rope.apply", ("rope", "x", "positions", "offset", "seq_axis", "out", "inverse", "angles"),
+              inputs=("x",), out="out", positions=("positions",), adjoint="inverse")
+_APPLY_QK = Edge("Rope.apply_qk", ("rope", "q", "k", "positions", "offset", "seq_axis", "out", "angles"),
+                 inputs=("q", "k"), out="out", pair=True, positions=("positions",), adjoint=_qk_adjoint)
+_COS_SIN = Edge("Rope.cos_sin", ("rope", "positions", "dtype"), positions=("positions",), dtypes=("dtype",),
+                like="positions")
+_PREPARE = Edge("Rope.prepare", ("rope", "x", "out", "seq_axis", "inverse"), inputs=("x",), out="out",
+                examples=True)
+_PREPARE_QK = Edge("Rope.prepare_qk", ("rope", "q", "k", "out", "seq_axis"), inputs=("q", "k"), out="out",
+                   pair=True, examples=True)
+
 
 
 def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
-    """``apply`` through the general path: any strides, overlaps, positions;
-    tensors and DLPack objects (which the direct path never takes) go to
-    ``_tensors``, which views them as arrays and calls ``apply`` again."""
-    if (type(x) is not _ndarray or (out is not None and type(out) is not _ndarray)) and (
-            _tensors.is_foreign(x) or _tensors.is_foreign(out)):
-        return _tensors.apply(rope, x, positions, offset, seq_axis, out, inverse, angles)
-    job = _Job(rope, positions, offset, seq_axis, angles)
+    """``apply`` through the general path: any strides, overlaps, positions.
+    Tensors and DLPack objects (which the direct path never takes) cross
+    the edge here: viewed as arrays, they call ``apply`` again."""
+    if type(x) is not _ndarray or (out is not None and type(out) is not _ndarray) or (
+            positions is not None and type(positions) is not _ndarray):
+        args = (rope, x, positions, offset, seq_axis, out, inverse, angles)
+        if _APPLY.foreign(args):
+            return _APPLY.convert(_apply, args)
+    job = Job(rope, positions, offset, seq_axis, angles)
     job.add("x", x, out, "out")
     return job.run(inverse, "Rope.apply")[0]
 
 
 def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
     """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
-    if _tensors.any_foreign(q, k, out):
-        return _tensors.apply_qk(rope, q, k, positions, offset, seq_axis, out, angles)
-    q_out, k_out = _out_pair(out)
-    job = _Job(rope, positions, offset, seq_axis, angles)
+    args = (rope, q, k, positions, offset, seq_axis, out, angles)
+    if _APPLY_QK.foreign(args):
+        return _APPLY_QK.convert(_apply_qk, args)
+    q_out, k_out = out_pair(out)
+    job = Job(rope, positions, offset, seq_axis, angles)
     job.add("q", q, q_out, "out[0]")
     as_float_array("k", k, (q.dtype,))
     job.add("k", k, k_out, "out[1]")
@@ -591,297 +626,7 @@ def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
     return tuple(job.run(False, "Rope.apply_qk"))
 
 
-class _Job:
-    """One validated call: arrays to rotate, their outputs and the positions."""
-
-    def __init__(self, rope, positions, offset, seq_axis, angles="auto"):
-        self.rope = rope
-        if isinstance(seq_axis, (bool, np.bool_)) or as_int("seq_axis", seq_axis) not in (-3, -2):
-            raise ValueError(f"seq_axis must be -3 ([..., seq, heads, dim]) or -2 ([..., heads, seq, dim]), got {seq_axis!r}")
-        if not isinstance(angles, str) or angles not in ANGLES:
-            raise ValueError(f"angles must be one of {', '.join(map(repr, ANGLES))}, got {angles!r}")
-        self.angles = angles
-        self.seq_axis = int(seq_axis)
-        self.offset = as_int("offset", offset)
-        self.positions = _tensors.positions_view("positions", positions)
-        if positions is not None and self.offset != 0:
-            raise ValueError(f"pass either positions or offset, not both (offset={self.offset})")
-        self.items = []
-
-    def add(self, name, x, out, out_name):
-        rope = self.rope
-        as_float_array(name, x, _kernel.accepted_dtypes(x), _kernel.accepted_names)
-        if x.ndim < 3:
-            raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
-                             f"got shape {x.shape}")
-        if x.shape[-1] != rope.head_dim:
-            raise ValueError(f"{name}.shape[-1] must equal head_dim={rope.head_dim}, got shape {x.shape}")
-        if out is not None:
-            as_float_array(out_name, out, (x.dtype,))
-            if out.shape != x.shape:
-                raise ValueError(f"{out_name} must have the shape of {name} {x.shape}, got {out.shape}")
-            if not out.flags.writeable:
-                raise ValueError(f"{out_name} is read-only")
-        self.items.append((name, x, out, out_name))
-
-    def run(self, inverse, where):
-        """Plan (overlaps, views, copies), find the angles, rotate; returns the outputs."""
-        rope = self.rope
-        first = _plan.token_view(self.items[0][1], self.seq_axis)
-        batch_shape, n_seq = first.shape[:-3], first.shape[-3]
-        sections = None
-        # no token or no head: nothing to rotate, and nothing made as large as the
-        # token count (a zero-size array may have any number of tokens)
-        empty = all(x.size == 0 for _, x, _, _ in self.items)
-        if self.positions is None:
-            if self.offset < -MAX_POSITION or self.offset + max(n_seq - 1, 0) > MAX_POSITION:
-                raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={self.offset}, "
-                                 f"seq={n_seq}")
-            positions = None
-        else:
-            positions, sections = rope._token_positions(self.positions, batch_shape, n_seq, not empty)
-        plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim)
-        if empty:
-            return plan.outputs
-        # An array with zero heads next to one with some (q without heads) goes
-        # to C like any other: C skips a tensor with no heads, pointers unread.
-        template, c_positions, keep = rope._angles_for(positions, self.offset, n_seq, self.angles,
-                                                       self.items[0][1].dtype)
-        outputs = plan.run(template, c_positions, self.offset, where, sections)
-        del keep  # the rows the template pointed into lived until here
-        return outputs
-
-
-# ---- the direct path: repeated calls on the same shapes and strides ------------------
-#
-# Decode calls are tiny: the Python around the C call is most of their cost.
-# For the common cases (arrays the kernel can address as they are, offset= or
-# int64 positions of shape [seq] or [*batch, seq], cached table rows, results
-# in place, new, or written into another array such as a slice of a KV cache)
-# the planner's memoised Call holds the descriptors, so a call is a dict
-# lookup on shapes and strides (_plan.direct_key), then the launcher
-# (_kernel.Call.launch): the pointers and one C call. Prepared calls skip the
-# lookup and run the same launcher. What depends on the pointers is checked
-# per call: here, that no output shares a byte's bounds with another array
-# (else the general path decides: copies or a refusal); in the launcher and
-# C, the rest (writeable outputs, alignment, every position against the
-# rows, outputs apart from the positions). A miss anywhere runs the general,
-# fully checked path, which grows the rows.
-
 _ndarray = np.ndarray
 _UNPLANNED = _plan.UNPLANNED
 _FRESH = _plan.FRESH
-_GENERAL = object()  # an output the direct path does not take
 _direct_key = _plan.direct_key
-
-
-def _shared_memory_test():
-    """``np.may_share_memory`` for exact ndarrays: the C function it dispatches
-    to (half its cost on a decode call: no ``__array_function__`` look-up,
-    which exact ndarrays never override), or the public one where numpy keeps
-    it elsewhere."""
-    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
-        module = sys.modules.get(name)
-        test = getattr(module, "may_share_memory", None)
-        if test is not None:
-            return test
-    return np.may_share_memory
-
-
-_may_share = _shared_memory_test()   # callers pass exact ndarrays only
-
-
-def _window64(rope):
-    """The window of float64 rows ``rope`` keeps (for float64 arrays; the
-    others read ``rope._tables.window``, float32 rows), or None: none yet.
-    Whether a call's positions lie in a window is C's check: the launcher
-    falls back and the general path grows the rows."""
-    return rope._rows_for(np.float64).window
-
-
-def _qk_marks(q, k, qo, ko):
-    """The memo marks of apply_qk's outputs ``qo`` and ``ko`` (in place, new or
-    their strides), or None when the direct path cannot take them: not arrays
-    of their input's shape and dtype, or sharing byte bounds with an input or
-    with each other (the general path then copies or refuses)."""
-    marks = []
-    for o, x in ((qo, q), (ko, k)):
-        if o is x:
-            marks.append(None)
-        elif o is None:
-            marks.append(_FRESH)
-        elif (type(o) is not _ndarray or o.dtype is not x.dtype or o.shape != x.shape
-              or _may_share(o, q) or _may_share(o, k)):
-            return None
-        else:
-            marks.append(o.strides)
-    if type(qo) is _ndarray and type(ko) is _ndarray and qo is not q and ko is not k and _may_share(qo, ko):
-        return None
-    return marks
-
-
-# ---- prepared calls -------------------------------------------------------------------
-
-_IN_PLACE = None   # a prepared output's mode: in place, a new array (_FRESH) or a given one's strides
-
-
-class PreparedRotation:
-    """One rotation planned ahead (:meth:`Rope.prepare`, :meth:`Rope.prepare_qk`),
-    run again and again on arrays of the same layout.
-
-    ``prepared(x, out=..., offset=..., positions=...)`` (prepared with
-    ``prepare_qk``: ``prepared(q, k, out=(q_out, k_out), ...)``) rotates like
-    :meth:`Rope.apply` (:meth:`Rope.apply_qk`) and returns the same. Each
-    array must have the shape, strides and dtype of the example it was
-    prepared with, and ``out`` the same kind (``x`` itself when prepared in
-    place, None when prepared with None), else ``TypeError``/``ValueError``
-    names the argument before anything is written. ``offset`` (an int) or
-    ``positions`` (int64, shape ``[seq]`` or ``[*batch, seq]``) as in
-    ``apply``.
-
-    A call checks that, fills this thread's descriptors (the pointers and the
-    positions) and runs the kernel with the rows the Rope keeps: no plan, no
-    memo lookup. Anything else takes ``apply``'s general path, with the same
-    bits: positions outside the kept rows (which grows them) or in another
-    form, arrays that overlap (positions sharing memory with an output
-    among them: read from a copy), a pointer not aligned to its element, a
-    read-only output (which raises there). Safe to share between threads.
-    """
-
-    __slots__ = ("_rope", "_call", "_names", "_out_names", "_layouts", "_modes", "_seq_axis", "_inverse")
-
-    def __init__(self, rope, arrays, outs, seq_axis, inverse, names, out_names):
-        call, reason = _plan.plan_direct(arrays, outs, seq_axis, inverse, rope._plan_key)
-        if call is None:
-            raise ValueError(f"cannot prepare this rotation: {reason}; Rope.apply takes any layout "
-                             f"(through a copy)")
-        self._rope, self._call = rope, call
-        self._names, self._out_names = names, out_names
-        self._layouts = tuple((a.shape, a.strides, a.dtype) for a in arrays)
-        self._modes = tuple(_IN_PLACE if o is x else _FRESH if o is None else o.strides
-                            for x, o in zip(arrays, outs))
-        self._seq_axis, self._inverse = seq_axis, inverse
-
-    def __repr__(self):
-        def mode(m, name):
-            return "in place" if m is _IN_PLACE else "into a new array" if m is _FRESH else f"into {name} strides {m}"
-        parts = [f"{n}: shape {shape}, strides {strides}, {dtype}, {mode(m, o)}"
-                 for n, o, (shape, strides, dtype), m in zip(self._names, self._out_names, self._layouts,
-                                                              self._modes)]
-        return f"<PreparedRotation {'; '.join(parts)}; seq_axis={self._seq_axis}, inverse={self._inverse}>"
-
-    def _result(self, i, x, out):
-        """The array tensor ``i`` is written to, once ``x`` and ``out`` match
-        the prepared layouts (a new array when prepared so); raises naming the
-        argument."""
-        name, out_name = self._names[i], self._out_names[i]
-        shape, strides, dtype = self._layouts[i]
-        if not isinstance(x, _ndarray):
-            raise TypeError(f"{name} must be a numpy.ndarray, got {type(x).__name__}")
-        refuse_masked(name, x)
-        if x.shape != shape or x.strides != strides or x.dtype != dtype:
-            raise ValueError(f"{name} must have the shape, strides and dtype this call was prepared for "
-                             f"({shape}, {strides}, {dtype}), got ({x.shape}, {x.strides}, {x.dtype})")
-        mode = self._modes[i]
-        if mode is _IN_PLACE:
-            if out is not x:
-                raise ValueError(f"this call was prepared to rotate {name} in place: pass {out_name}={name}")
-            return x
-        if mode is _FRESH:
-            if out is not None:
-                raise ValueError(f"this call was prepared to return a new {name}: pass {out_name}=None")
-            return _plan.fresh_result(x)
-        if not isinstance(out, _ndarray):
-            raise TypeError(f"{out_name} must be a numpy.ndarray, got {type(out).__name__}")
-        refuse_masked(out_name, out)
-        if out.shape != shape or out.strides != mode or out.dtype != dtype:
-            raise ValueError(f"{out_name} must have the shape, strides and dtype this call was prepared for "
-                             f"({shape}, {mode}, {dtype}), got ({out.shape}, {out.strides}, {out.dtype})")
-        return out
-
-
-def _subclassed(*arrays):
-    """Is one of ``arrays`` (ndarrays or None) an ndarray subclass (memmap, a
-    user's class)? Prepared calls hand those to ``apply``, whose result type
-    rules they keep, instead of checking every subclass's behaviour here."""
-    return any(a is not None and type(a) is not _ndarray for a in arrays)
-
-
-class _PreparedApply(PreparedRotation):
-    """A prepared :meth:`Rope.apply`."""
-
-    __slots__ = ("_shape", "_strides", "_dtype", "_mode")
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        (self._shape, self._strides, self._dtype), self._mode = self._layouts[0], self._modes[0]
-
-    def __call__(self, x, out=None, *, offset=0, positions=None):
-        """Rotate ``x`` into ``out`` (see :class:`PreparedRotation`); returns the result."""
-        if type(offset) is not int:
-            offset = as_int("offset", offset)
-        mode = self._mode
-        if (type(x) is not _ndarray or x.dtype is not self._dtype or x.shape != self._shape
-                or x.strides != self._strides or (out is not x if mode is _IN_PLACE else out is not None
-                                                  if mode is _FRESH else type(out) is not _ndarray
-                                                  or out.dtype is not self._dtype or out.strides != mode
-                                                  or out.shape != self._shape)):
-            try:
-                result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
-            except TypeError:                      # not arrays: tensors run this plan on their views
-                if _tensors.any_foreign(x, out):
-                    return _tensors.call_prepared(self, (x,), out, offset, positions)
-                raise
-            if _subclassed(x, out):   # a memmap, say: apply's answer, of apply's type
-                return self._rope.apply(x, positions, offset=offset, seq_axis=self._seq_axis, out=out,
-                                        inverse=self._inverse)
-        else:
-            result = _plan.fresh_result(x) if mode is _FRESH else out
-        rope = self._rope
-        if result is x or mode is _FRESH or not _may_share(x, result):
-            call = self._call
-            rows = _window64(rope) if call.wide else rope._tables.window
-            if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "prepared rotation"):
-                return result
-        return _general(rope, x, positions, offset, self._seq_axis, result, self._inverse, "auto")
-
-
-class _PreparedApplyQK(PreparedRotation):
-    """A prepared :meth:`Rope.apply_qk`."""
-
-    __slots__ = ()
-
-    def __call__(self, q, k, out=None, *, offset=0, positions=None):
-        """Rotate ``q`` and ``k`` into ``out`` (see :class:`PreparedRotation`);
-        returns ``(q_rot, k_rot)``."""
-        if type(offset) is not int:
-            offset = as_int("offset", offset)
-        (q_shape, q_strides, dtype), (k_shape, k_strides, _) = self._layouts
-        q_mode, k_mode = self._modes
-        if (type(out) is tuple and len(out) == 2 and q_mode is _IN_PLACE and k_mode is not _FRESH
-                and out[0] is q and type(q) is _ndarray and type(k) is _ndarray and q.dtype is dtype
-                and k.dtype is dtype and q.shape == q_shape and q.strides == q_strides and k.shape == k_shape
-                and k.strides == k_strides and (out[1] is k if k_mode is _IN_PLACE else
-                                                type(out[1]) is _ndarray and out[1].dtype is dtype
-                                                and out[1].strides == k_mode and out[1].shape == k_shape)):
-            results = qo, ko = out   # q in place, k in place or into a cache: checked inline
-        else:
-            try:
-                q_out, k_out = _out_pair(out)
-                results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
-            except TypeError:                      # not arrays: tensors run this plan on their views
-                if _tensors.any_foreign(q, k, out):
-                    return _tensors.call_prepared(self, (q, k), out, offset, positions)
-                raise
-            if _subclassed(q, k, q_out, k_out):
-                return self._rope.apply_qk(q, k, positions, offset=offset, seq_axis=self._seq_axis, out=out)
-        rope = self._rope
-        if not (_may_share(q, k) or (qo is not q and (_may_share(qo, q) or _may_share(qo, k)))
-                or (ko is not k and (_may_share(ko, q) or _may_share(ko, k)))
-                or (qo is not q and ko is not k and _may_share(qo, ko))):
-            call = self._call
-            rows = _window64(rope) if call.wide else rope._tables.window
-            if rows is not None and call.launch((q, k), results, rows.angles, positions, offset,
-                                                "prepared rotation"):
-                return results
-        return _general_qk(rope, q, k, positions, offset, self._seq_axis, results, "auto")

@@ -179,7 +179,7 @@ def positions_array(name, value):
     if isinstance(value, np.ndarray):
         refuse_masked(name, value)
         arr = value if type(value) is np.ndarray else np.asarray(value)   # np.matrix, memmap: the plain array
-    else:   # tensors and DLPack objects arrive as ndarray views (_interop.tensors.positions_view)
+    else:   # tensors and DLPack objects arrive as ndarray views (crossing the edge, _interop.edge)
         try:
             arr = np.asarray(value)
         except builtins.OverflowError:
@@ -221,3 +221,12 @@ def as_float_array(name, value, dtypes, accepted=None):
         accepted = (accepted() if callable(accepted) else accepted) or ", ".join(np.dtype(d).name for d in dtypes)
         raise TypeError(f"{name} must have dtype {accepted} (native byte order), got {value.dtype.str} ({value.dtype})")
     return value
+
+
+def out_pair(out):
+    """``apply_qk``'s ``out``: None or a pair, as ``(q_out, k_out)``."""
+    if out is None:
+        return None, None
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return out[0], out[1]
+    raise TypeError(f"out must be None or a pair (q_out, k_out), got {type(out).__name__}")

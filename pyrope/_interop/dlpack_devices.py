@@ -1,6 +1,6 @@
 """DLPack device types: which memory the CPU addresses, and how messages name the others.
 
-Shared by the tensor adapter (``pyrope._interop.tensors``, which checks a producer's
+Shared by the tensor adapter (``pyrope._interop.views``, which checks a producer's
 ``__dlpack_device__``) and the capsule reader (``pyrope._interop.dlpack``, which checks
 the capsule's own device), so neither imports the other for them.
 """

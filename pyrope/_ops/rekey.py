@@ -10,7 +10,7 @@ import builtins
 import numpy as np
 
 from .._engine import kernel as _kernel
-from .._interop.tensors import entry
+from .._interop.edge import entry
 from .._engine.checks import (MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, checked_positions,
                               positions_array, scale_problem)
 from .explicit import explicit_rope, unit_twin

@@ -9,14 +9,14 @@ ROPE_MODULE = sys.modules["pyrope.rope"]
 
 
 class Paths:
-    """Counts what calls did: ``general``, a ``_Job`` was made (the general path);
+    """Counts what calls did: ``general``, a ``Job`` was made (the general path);
     ``planned``, a plan was made (``direct_call`` on a memo miss, or
     ``plan_direct`` called on its own, as ``Rope.prepare`` does; the plan
     ``direct_call`` makes counts once). The memo starts empty."""
 
     def __init__(self, monkeypatch):
         self.general = self.planned = 0
-        paths, job = self, ROPE_MODULE._Job
+        paths, job = self, ROPE_MODULE.Job
         direct_call, plan_direct = _plan.direct_call, _plan.plan_direct
         inside = []   # direct_call running: its own plan_direct is not counted again
 
@@ -38,7 +38,7 @@ class Paths:
                 paths.planned += 1
             return plan_direct(*args, **kwargs)
 
-        monkeypatch.setattr(ROPE_MODULE, "_Job", CountedJob)
+        monkeypatch.setattr(ROPE_MODULE, "Job", CountedJob)
         monkeypatch.setattr(_plan, "direct_call", counted_direct_call)
         monkeypatch.setattr(_plan, "plan_direct", counted_plan_direct)
         monkeypatch.setattr(_plan, "CALLS", {})

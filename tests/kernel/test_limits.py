@@ -89,7 +89,7 @@ def test_python_limit_is_the_header_value(c_name):
     assert type(getattr(_kernel, PYTHON_NAMES[c_name])) is type(value)
 
 
-@pytest.mark.parametrize("module", ["_engine.checks", "_engine.table_cache", "_ops.rekey", "positions", "rope",
+@pytest.mark.parametrize("module", ["_engine.checks", "_engine.table_cache", "_ops.rekey", "positions", "_engine.general",
                                     "check",
                                     "onnx_interop"])
 def test_modules_use_the_kernel_position_limit(module):

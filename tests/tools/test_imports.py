@@ -25,12 +25,12 @@ OPTIONAL = ("ml_dtypes", "matplotlib", "torch", "onnx", "onnxruntime", "transfor
 CORE = {
     "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._engine.checks", "pyrope.errors",
     "pyrope._engine", "pyrope._engine.kernel", "pyrope._engine.plan", "pyrope._engine.sections",
-    "pyrope._engine.table_cache", "pyrope._engine.locks",
-    "pyrope._interop", "pyrope._interop.tensors", "pyrope._interop.dlpack_devices",
+    "pyrope._engine.table_cache", "pyrope._engine.locks", "pyrope._engine.general", "pyrope._engine.direct",
+    "pyrope._interop", "pyrope._interop.edge", "pyrope._interop.views", "pyrope._interop.dlpack_devices",
     "pyrope._readers", "pyrope._readers.hf_config", "pyrope._ops", "pyrope._ops.rekey", "pyrope._ops.explicit",
     "pyrope._rules", "pyrope._rules.dynamic", "pyrope._rules.correctly_rounded",
     "pyrope.scaling", "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
-    "pyrope.cache", "pyrope.layout",
+    "pyrope.cache", "pyrope.layout", "pyrope.prepared",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 
