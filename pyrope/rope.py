@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from ._engine import kernel as _kernel, plan as _plan
+from ._engine import binding as _binding, dtypes as _dtypes, plan as _plan, tables as _engine_tables
 from ._ops import rekey as _rekey
 from ._interop import tensors as _tensors
 from ._engine.checks import (MAX_POSITION, as_base, as_bool, as_even_dim, as_float_array, as_int, refuse_masked,
@@ -295,12 +295,12 @@ class Rope:
         # shape are refused at once if their tables cannot exist, before a
         # value is read.
         try:
-            tables = _kernel.empty_tables(pos.size, self._rotary_dim // 2, kind)
+            tables = _engine_tables.empty_tables(pos.size, self._rotary_dim // 2, kind)
         except (MemoryError, builtins.ValueError):
             raise too_large("positions", (pos.size, self._rotary_dim // 2), kind, "the cos and sin tables") from None
         flat = np.require(checked_positions("positions", pos).reshape(-1), np.int64, ("C", "A"))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
-                                         where="Rope.cos_sin(positions)", tables=tables)
+        cos, sin = _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
+                                                where="Rope.cos_sin(positions)", tables=tables)
         half = self._rotary_dim // 2
         if sectioned:  # entry i from the row of pair i's component
             k = pos.shape[0]
@@ -347,10 +347,10 @@ class Rope:
         (``auto``, when rotary_dim/2 fits the kernel's on-the-fly row) or get
         rows built for this call only."""
         tables = self._rows_for(dtype)
-        otf_ok = self._rotary_dim // 2 <= _kernel.MAX_OTF_HALF
+        otf_ok = self._rotary_dim // 2 <= _binding.MAX_OTF_HALF
         if angles == "on_the_fly":
             if not otf_ok:
-                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _kernel.MAX_OTF_HALF}, "
+                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _binding.MAX_OTF_HALF}, "
                                  f"got rotary_dim={self._rotary_dim}; use angles='auto' or 'table'")
             return tables.on_the_fly, positions, None
         if positions is None:
@@ -364,13 +364,13 @@ class Rope:
         if angles == "auto" and otf_ok:
             return tables.on_the_fly, positions, None
         if positions is None:
-            cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
-                                             where="offset", dtype=tables.dtype)
+            cos, sin = _engine_tables.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
+                                                    where="offset", dtype=tables.dtype)
             return tables.angles_over(cos, sin, offset), None, (cos, sin)
         # Sparse positions (packed sequences far apart): one row per token.
         flat = np.ascontiguousarray(positions.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, tables.dtype,
-                                         where="positions")
+        cos, sin = _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, tables.dtype,
+                                                where="positions")
         rows = np.arange(flat.size, dtype=np.int64).reshape(positions.shape)
         return tables.angles_over(cos, sin, 0), rows, (cos, sin)
 
@@ -610,7 +610,7 @@ class _Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        as_float_array(name, x, _kernel.accepted_dtypes(x), _kernel.accepted_names)
+        as_float_array(name, x, _dtypes.accepted_dtypes(x), _dtypes.accepted_names)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")
@@ -660,7 +660,7 @@ class _Job:
 # in place, new, or written into another array such as a slice of a KV cache)
 # the planner's memoised Call holds the descriptors, so a call is a dict
 # lookup on shapes and strides (_plan.direct_key), then the launcher
-# (_kernel.Call.launch): the pointers and one C call. Prepared calls skip the
+# (_engine/launcher.py, Call.launch): the pointers and one C call. Prepared calls skip the
 # lookup and run the same launcher. What depends on the pointers is checked
 # per call: here, that no output shares a byte's bounds with another array
 # (else the general path decides: copies or a refusal); in the launcher and
