@@ -3,12 +3,15 @@ what the kernel can address, overlaps, positions, copy plans and the memo of
 direct calls, each against a brute-force computation on element byte
 addresses. No test here runs C: the C library is replaced by an object that
 fails on any use."""
+import importlib
 import itertools
 import math
+import pkgutil
 
 import numpy as np
 import pytest
 
+import pyrope._engine
 from pyrope._engine import (binding as _binding, dtypes as _dtypes, isa as _isa, launcher as _launcher,
                           plan as _plan, tables as _tables)
 
@@ -400,6 +403,12 @@ def test_self_overlapping_lists_once_per_view(listed):
 def test_the_kernel_is_out_of_reach(module):
     with pytest.raises(AssertionError, match="the planner called C"):
         module.lib.rope_rotate
+
+
+def test_every_engine_module_holding_the_c_library_is_cut_off():
+    holding = {name for _, name, _ in pkgutil.iter_modules(pyrope._engine.__path__)
+               if hasattr(importlib.import_module(f"pyrope._engine.{name}"), "lib")}
+    assert holding == {m.__name__.rpartition(".")[2] for m in C_CALLERS}
 
 
 # ---- resolve_overlaps -----------------------------------------------------------------------

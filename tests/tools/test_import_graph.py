@@ -107,6 +107,13 @@ def test_no_import_circle():
     assert circles() == []
 
 
+def test_only_the_binding_imports_the_extension():
+    """The engine's other modules that call C take ffi and lib from the binding;
+    the benchmark report opens the extension's file (its digest), not its lib."""
+    importers = sorted(m for m in GRAPH if EXTENSION in GRAPH[m])
+    assert importers == ["pyrope._bench.report", "pyrope._engine.binding"], importers
+
+
 def test_the_core_imports_no_tool():
     core = {name for name in MODULES if name.startswith("pyrope") and name not in TOOLS
             and not any(name.startswith(t + ".") for t in TOOLS) and name not in ("pyrope", "pyrope.__main__")}
