@@ -40,7 +40,7 @@ def test_call_overhead(benchmark, results):
     """The Python layer of a decode call: apply() minus the bare C call it makes
     (the same descriptors, already filled)."""
     from pyrope._engine import plan as _plan
-    from pyrope._engine.kernel import lib
+    from pyrope._engine.binding import lib
     shape = (16, 1, 32, 128)
     rope = Rope(128, layout="split_half")
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)

@@ -18,8 +18,8 @@ ml_dtypes neither: bfloat16 arrays are served once their caller has imported it.
 import importlib as _importlib
 import os as _os
 
-from ._engine import kernel as _kernel
-from ._engine.kernel import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
+from ._engine import isa as _isa
+from ._engine.isa import forced_isa, get_isa, get_num_threads, set_isa, set_num_threads, supported_isas
 from .config import load_hf_config, rope_arguments_from_hf_config
 from .contract import fingerprint, make_contract, resolved_from_contract
 from .errors import RopeError
@@ -45,11 +45,11 @@ def _warn_about_the_environment():
     if os.path.basename(sys.argv[0]) == "pyrope" or argv[1:3] == ["-m", "pyrope"]:
         return
     import warnings
-    for exc in _kernel.ENVIRONMENT_ERRORS:
+    for exc in _isa.ENVIRONMENT_ERRORS:
         warnings.warn(f"{exc}; ignored, using the default", RuntimeWarning, stacklevel=3)
 
 
-if _kernel.ENVIRONMENT_ERRORS:
+if _isa.ENVIRONMENT_ERRORS:
     _warn_about_the_environment()
 __all__ = ["Rope", "RopeError", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
            "get_num_threads", "set_num_threads",

@@ -41,7 +41,7 @@ from collections import namedtuple
 import numpy as np
 
 from ._bench import method as timing
-from ._engine import kernel as _kernel
+from ._engine import dtypes as _dtypes, isa as _isa, launcher as _launcher
 from . import reference
 from ._bench.method import yardstick_isa
 from .rope import Rope
@@ -78,7 +78,7 @@ SHAPES = {  # name: (shape [batch, seq, heads, head_dim], first position, rounds
 # cases also timed writing into a KV-cache slice: name -> cache shape [batch, max_seq, heads, head_dim]
 CACHE_OUT = {"decode": (16, 4096, 32, 128)}
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16)}
-_BFLOAT16 = _kernel.bfloat16()   # a benchmark tool: ml_dtypes is imported with it, if installed
+_BFLOAT16 = _dtypes.bfloat16()   # a benchmark tool: ml_dtypes is imported with it, if installed
 if _BFLOAT16 is not None:
     DTYPES["bfloat16"] = _BFLOAT16
 LAYOUTS = ("split_half", "interleaved")
@@ -94,7 +94,7 @@ Key = namedtuple("Key", "kind variant layout call")
 def default_isas():
     """The instruction sets timed by default: every supported one but scalar
     (scalar where it is the only one)."""
-    return [name for name in _kernel.supported_isas() if name != "scalar"] or ["scalar"]
+    return [name for name in _isa.supported_isas() if name != "scalar"] or ["scalar"]
 
 
 def placed(x0, phase=16):
@@ -249,7 +249,7 @@ class Case:
         shape, first, self.default_rounds = SHAPES[case]
         self.case, self.dtype_name, self.shape, self.layouts = case, dtype_name, shape, tuple(layouts)
         self.isas = list(default_isas() if isas is None else isas)
-        self.threads = threads or _kernel.NUM_THREADS
+        self.threads = threads or _isa.NUM_THREADS
         b, s, h, d = shape
         self.rng = np.random.default_rng(seed)
         self.x0 = self.rng.standard_normal(shape).astype(DTYPES[dtype_name])
@@ -269,7 +269,7 @@ class Case:
             for isa in self.isas:
                 rope = Rope(d, layout=layout, base=10000.0)  # its own rows, like a second model
                 x = placed(x0)
-                under = functools.partial(_kernel.forced_isa, isa)
+                under = functools.partial(_isa.forced_isa, isa)
                 c[Key("pyrope", isa, layout, IN_PLACE)] = _Contender(
                     lambda r=rope, x=x: r.apply(x, offset=first, out=x), lambda x=x: x, under, x)
                 if self.case in CACHE_OUT:
@@ -288,8 +288,8 @@ class Case:
         y = placed(self.x0)
         for n in self._thread_counts():
             self.contenders[Key("yardstick", n, None, IN_PLACE)] = _Contender(
-                lambda n=n: _kernel.bandwidth_pass(y, 0, n), None,
-                functools.partial(_kernel.forced_isa, yardstick_isa()))
+                lambda n=n: _launcher.bandwidth_pass(y, 0, n), None,
+                functools.partial(_isa.forced_isa, yardstick_isa()))
 
     def _add_peers(self, first, notes):
         """numpy, torch and ONNX Runtime per layout, those ``notes`` do not skip."""

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import reference
 from ._engine.checks import as_int
-from ._engine.kernel import MAX_POSITION
+from ._engine.binding import MAX_POSITION
 from .errors import TypeError, ValueError
 
 EPS32 = 2.0**-23

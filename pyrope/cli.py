@@ -119,8 +119,8 @@ def version_text(c_version=None):
     library's ``rope_version()`` (default: the loaded one's); a build older or
     newer than the Python package (a stale in-place build) is named too."""
     from . import __version__
-    from ._engine import kernel as _kernel
-    code = _kernel.lib.rope_version() if c_version is None else c_version
+    from ._engine import binding as _binding
+    code = _binding.lib.rope_version() if c_version is None else c_version
     built = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
     if built == __version__:
         return f"pyrope {__version__}"
@@ -451,12 +451,12 @@ def cmd_bench(args):
 
 def _bench_run(args):
     from ._bench import report
-    from ._engine import kernel as _kernel
+    from ._engine import isa as _isa
     from . import benchmark
     cases = args.case or (["decode", "small", "prefill_k"] if args.quick else list(benchmark.SHAPES))
     dtypes = args.dtype or (["float32"] if args.quick else list(benchmark.DTYPES))
     isas = args.isa or benchmark.default_isas()
-    supported = _kernel.supported_isas()
+    supported = _isa.supported_isas()
     for name, value, known in (("--case", cases, benchmark.SHAPES), ("--dtype", dtypes, benchmark.DTYPES),
                                ("--isa", isas, supported)):
         unknown = [v for v in value if v not in known]
@@ -481,10 +481,10 @@ COMMANDS = {"demo": cmd_demo, "spectrum": cmd_spectrum, "contract": cmd_contract
 
 def _environment_problem():
     """Why PYROPE_ISA or PYROPE_NUM_THREADS cannot be used (one line), or None."""
-    from ._engine import kernel as _kernel
+    from ._engine import binding as _binding, isa as _isa
     isa = os.environ.get("PYROPE_ISA", "").strip().lower()
-    if isa and isa != "auto" and isa not in _kernel.supported_isas():
-        known = "auto, " + ", ".join(_kernel.supported_isas())
+    if isa and isa != "auto" and isa not in _isa.supported_isas():
+        known = "auto, " + ", ".join(_isa.supported_isas())
         return f"environment variable PYROPE_ISA must be one of {known} on this machine, got {isa!r}"
     text = os.environ.get("PYROPE_NUM_THREADS", "").strip()
     if text:
@@ -492,8 +492,8 @@ def _environment_problem():
             n = int(text, 10)
         except ValueError:
             n = 0
-        if not 1 <= n <= _kernel.MAX_THREADS:
-            return (f"environment variable PYROPE_NUM_THREADS must be an integer 1..{_kernel.MAX_THREADS}, "
+        if not 1 <= n <= _binding.MAX_THREADS:
+            return (f"environment variable PYROPE_NUM_THREADS must be an integer 1..{_binding.MAX_THREADS}, "
                     f"got {text!r}")
     return None
 

@@ -12,13 +12,13 @@ import builtins
 
 import numpy as np
 
-from ._engine import kernel as _kernel, plan as _plan
+from ._engine import binding as _binding, dtypes as _dtypes, launcher as _launcher, tables as _tables, plan as _plan
 from ._interop.edge import entry
 from ._engine.checks import MAX_POSITION, as_float_array, as_int, positions_array, too_large
 from .errors import TypeError, ValueError, shown
 
 _DUMMY_FREQ = np.zeros(1, dtype=np.float64)  # the kernel ignores inv_freq when given tables
-(_DUMMY_FREQ_PTR,) = _kernel.float_pointers(_DUMMY_FREQ)
+(_DUMMY_FREQ_PTR,) = _binding.float_pointers(_DUMMY_FREQ)
 
 
 def _flag(name, value, allowed):
@@ -37,12 +37,12 @@ def _onnx_types(value):
     """The op's types T that this process serves, for checking ``value``:
     float32, float16, and bfloat16 once ml_dtypes is loaded (the kernel's
     storage types but float64)."""
-    return tuple(d for d in _kernel.accepted_dtypes(value) if d != np.float64)
+    return tuple(d for d in _dtypes.accepted_dtypes(value) if d != np.float64)
 
 
 def _type_names():
-    """The op's types T for messages, named as :func:`_kernel.accepted_names` names them."""
-    return _kernel.accepted_names(without=("float64",))
+    """The op's types T for messages, named as :func:`_dtypes.accepted_names` names them."""
+    return _dtypes.accepted_names(without=("float64",))
 
 
 def _input_array(value):
@@ -156,8 +156,8 @@ def onnx_rotary_embedding(input, cos_cache, sin_cache, position_ids=None, *, int
     if out.size == 0:
         return out
     layout = "interleaved" if interleaved else "split_half"
-    cos_ptr, sin_ptr = _kernel.float_pointers(cos_t, sin_t)
-    template = _kernel.angle_template(_DUMMY_FREQ_PTR, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
+    cos_ptr, sin_ptr = _binding.float_pointers(cos_t, sin_t)
+    template = _launcher.angle_template(_DUMMY_FREQ_PTR, 1.0, (cos_ptr, sin_ptr, 0, cos_t.shape[0]))
     # the planner's memoised Call for these shapes and strides: a repeated
     # (decode) call is a lookup, not a plan; the launcher falls back (nothing
     # written) for what it cannot take, e.g. a misaligned input
@@ -249,7 +249,7 @@ def onnx_caches(rope, max_pos):
     # the caches' size before the positions: np.arange(2**31) alone is 16 GiB
     half = rope.rotary_dim // 2
     try:
-        _kernel.empty_tables(max_pos, half, np.float32)   # untouched memory: costs nothing if it exists
+        _tables.empty_tables(max_pos, half, np.float32)   # untouched memory: costs nothing if it exists
     except (MemoryError, builtins.ValueError):
         raise too_large("max_pos", (max_pos, half), np.float32, "the cos and sin caches") from None
     return rope.cos_sin(np.arange(max_pos, dtype=np.int64))

@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import numpy as np
 
-from ._engine import kernel as _kernel, plan as _plan
+from ._engine import binding as _binding, tables as _engine_tables, plan as _plan
 from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
                              out_pair, positions_array, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
@@ -295,11 +295,11 @@ class Rope:
         # shape are refused at once if their tables cannot exist, before a
         # value is read.
         try:
-            tables = _kernel.empty_tables(pos.size, self._rotary_dim // 2, kind)
+            tables = _engine_tables.empty_tables(pos.size, self._rotary_dim // 2, kind)
         except (MemoryError, builtins.ValueError):
             raise too_large("positions", (pos.size, self._rotary_dim // 2), kind, "the cos and sin tables") from None
         flat = np.require(checked_positions("positions", pos).reshape(-1), np.int64, ("C", "A"))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
+        cos, sin = _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
                                          where="Rope.cos_sin(positions)", tables=tables)
         half = self._rotary_dim // 2
         if sectioned:  # entry i from the row of pair i's component
@@ -347,10 +347,10 @@ class Rope:
         (``auto``, when rotary_dim/2 fits the kernel's on-the-fly row) or get
         rows built for this call only."""
         tables = self._rows_for(dtype)
-        otf_ok = self._rotary_dim // 2 <= _kernel.MAX_OTF_HALF
+        otf_ok = self._rotary_dim // 2 <= _binding.MAX_OTF_HALF
         if angles == "on_the_fly":
             if not otf_ok:
-                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _kernel.MAX_OTF_HALF}, "
+                raise ValueError(f"angles='on_the_fly' needs rotary_dim <= {2 * _binding.MAX_OTF_HALF}, "
                                  f"got rotary_dim={self._rotary_dim}; use angles='auto' or 'table'")
             return tables.on_the_fly, positions, None
         if positions is None:
@@ -364,12 +364,12 @@ class Rope:
         if angles == "auto" and otf_ok:
             return tables.on_the_fly, positions, None
         if positions is None:
-            cos, sin = _kernel.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
+            cos, sin = _engine_tables.cos_sin_range(offset, n_seq, self._inv_freq, self._attention_factor,
                                              where="offset", dtype=tables.dtype)
             return tables.angles_over(cos, sin, offset), None, (cos, sin)
         # Sparse positions (packed sequences far apart): one row per token.
         flat = np.ascontiguousarray(positions.reshape(-1))
-        cos, sin = _kernel.cos_sin_table(flat, self._inv_freq, self._attention_factor, tables.dtype,
+        cos, sin = _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, tables.dtype,
                                          where="positions")
         rows = np.arange(flat.size, dtype=np.int64).reshape(positions.shape)
         return tables.angles_over(cos, sin, 0), rows, (cos, sin)

@@ -44,7 +44,7 @@ import numpy as np
 from ._rules import correctly_rounded as _correctly_rounded
 from ._engine.checks import MAX_HEAD_DIM, first_inv_freq_problem, scale_problem
 from ._rules.dynamic import dynamic_seq_len
-from ._engine.kernel import MAX_INV_FREQ
+from ._engine.binding import MAX_INV_FREQ
 from .errors import OverflowError, TypeError, ValueError, shown
 
 __all__ = [

@@ -22,5 +22,5 @@ def method():
 
 def yardstick_isa():
     """The instruction set the yardstick runs under: the widest this machine has."""
-    from .._engine import kernel as _kernel   # the report reads saved runs without the extension loaded
-    return _kernel.supported_isas()[-1]
+    from .._engine import isa as _isa   # the report reads saved runs without the extension loaded
+    return _isa.supported_isas()[-1]

@@ -67,16 +67,16 @@ def cpu_line(cpu):
 
 def machine_info():
     """Everything a table needs to say where it was measured (JSON-serialisable)."""
-    from .._engine import kernel as _kernel
+    from .._engine import isa as _isa
     versions = {"python": platform.python_version()}
     for name in ("numpy", "torch", "onnxruntime", "ml_dtypes"):
         try:   # from the installed metadata: importing torch alone takes seconds
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    return {"cpu": cpu_info(), "cpus": os.cpu_count(), "threads": _kernel.get_num_threads(),
+    return {"cpu": cpu_info(), "cpus": os.cpu_count(), "threads": _isa.get_num_threads(),
             "extension": extension_info(),
-            "isa": _kernel.get_isa(), "supported_isas": _kernel.supported_isas(),
+            "isa": _isa.get_isa(), "supported_isas": _isa.supported_isas(),
             "yardstick_isa": _bench_method.yardstick_isa(),
             "kernel": platform.release(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

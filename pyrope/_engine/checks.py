@@ -10,12 +10,12 @@ import sys
 
 import numpy as np
 
-from .kernel import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
+from .binding import MAX_INV_FREQ, MAX_POSITION, MAX_SCALE, MIN_SCALE
 from ..errors import OverflowError, TypeError, ValueError, shown
 
 LAYOUT_NAMES = ("interleaved", "split_half")
 
-# The kernel's limits (pyrope.h, read by _kernel), as messages state them.
+# The kernel's limits (pyrope.h, read by the binding), as messages state them.
 
 
 def _power_of_two(x):

@@ -6,7 +6,7 @@ int64 positions of shape [seq] or [*batch, seq], cached table rows, results
 in place, new, or written into another array such as a slice of a KV cache)
 the planner's memoised Call holds the descriptors, so a call is a dict
 lookup on shapes and strides (_plan.direct_key), then the launcher
-(_kernel.Call.launch): the pointers and one C call. Prepared calls skip the
+(_launcher.Call.launch): the pointers and one C call. Prepared calls skip the
 lookup and run the same launcher. What depends on the pointers is checked
 per call: here, that no output shares a byte's bounds with another array
 (else the general path decides: copies or a refusal); in the launcher and

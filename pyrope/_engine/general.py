@@ -8,7 +8,7 @@ argument, never imported: its angle policy (``_token_positions``,
 """
 import numpy as np
 
-from . import kernel as _kernel, plan as _plan
+from . import dtypes as _dtypes, plan as _plan
 from .checks import MAX_POSITION, as_float_array, as_int
 from ..errors import ValueError
 
@@ -34,7 +34,7 @@ class Job:
 
     def add(self, name, x, out, out_name):
         rope = self.rope
-        as_float_array(name, x, _kernel.accepted_dtypes(x), _kernel.accepted_names)
+        as_float_array(name, x, _dtypes.accepted_dtypes(x), _dtypes.accepted_names)
         if x.ndim < 3:
             raise ValueError(f"{name} must have at least 3 dims ([seq, heads, head_dim] or with batch dims), "
                              f"got shape {x.shape}")

@@ -7,7 +7,7 @@ it can (``seq_axis=-2`` swaps two axes, batch dimensions merge when their
 strides nest) and into a *copy plan* where it cannot (a copy of a source, a
 rotation into a temporary written back afterwards). It also decides what
 overlapping arguments mean: results are as if nothing overlapped, or a
-``ValueError`` names the two arguments. No C here: ``_kernel`` runs plans.
+``ValueError`` names the two arguments. No C here: ``launcher`` runs plans.
 
 Plans of contiguous arrays are memoised by shape (:func:`direct_call`), so a
 repeated decode call costs a dict lookup, not a plan.
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from . import kernel as _kernel
+from . import dtypes as _dtypes, launcher as _launcher
 from .checks import checked_positions, positions_array, too_large
 from ..errors import ValueError
 
@@ -346,12 +346,12 @@ class Plan:
 
     ``buffers``: ``[(x4, out4)]`` 4-D kernel views (``out4 is x4``: in place);
     ``write_back``: ``[(dst, tmp)]`` to copy after the call; ``outputs``: what
-    the caller returns; ``call``: the ``_kernel.Call``."""
+    the caller returns; ``call``: the ``_launcher.Call``."""
 
     __slots__ = ("buffers", "write_back", "outputs", "call", "batch_shape", "n_seq")
 
     def run(self, template, positions, offset, where, sections=None):
-        """Rotate with the angles of ``template`` (``_kernel.angle_template``) at
+        """Rotate with the angles of ``template`` (``_launcher.angle_template``) at
         ``positions`` (a :func:`positions_2d` array, or None for ``offset + s``),
         then write back what was rotated in a temporary. Returns the outputs."""
         strides = (0, 0, 0) if positions is None else position_strides(positions)
@@ -443,10 +443,10 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     first = plan.buffers[0][0]
     plan.batch_shape = token_view(items[0][1], seq_axis).shape[:-3]
     plan.n_seq = first.shape[1]
-    plan.call = _kernel.Call(first.dtype, layout, inverse, first.shape[0], first.shape[1], first.shape[3],
-                             rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
-                                          for s, d in plan.buffers],
-                             [(_first_element(s), _first_element(d)) for s, d in plan.buffers])
+    plan.call = _launcher.Call(first.dtype, layout, inverse, first.shape[0], first.shape[1], first.shape[3],
+                               rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
+                                            for s, d in plan.buffers],
+                               [(_first_element(s), _first_element(d)) for s, d in plan.buffers])
     return plan
 
 
@@ -531,7 +531,7 @@ def _addressable(a):
 
 
 def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
-    """``(call, None)``: the ``_kernel.Call`` for ``arrays`` (one per tensor,
+    """``(call, None)``: the ``_launcher.Call`` for ``arrays`` (one per tensor,
     validated as the general path validates them) written to ``outs`` (per
     tensor: the array itself for in place, None for a new array from
     :func:`fresh_result`, or an array of its shape and dtype); or ``(None,
@@ -544,7 +544,7 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
     names = ("x",) if len(arrays) == 1 else ("q", "k")
     if seq_axis not in (-3, -2):
         return None, f"seq_axis {seq_axis!r} is not -3 or -2"
-    if not _kernel.stores(first.dtype):
+    if not _dtypes.stores(first.dtype):
         return None, f"{names[0]} has dtype {first.dtype}, which the kernel lacks"
     for name, a in zip(names, arrays):
         if a.ndim < 3 or a.shape[-1] != head_dim or a.dtype != first.dtype:
@@ -573,8 +573,8 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
         tensors.append((v.shape[2], element_strides(v), element_strides(w)))
         firsts.append((_first_element(x), _first_element(result)))
     v = as_4d(token_view(first, seq_axis))
-    return _kernel.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors,
-                        firsts), None
+    return _launcher.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors,
+                          firsts), None
 
 
 def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):

@@ -26,7 +26,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from . import kernel as _kernel, locks as _locks
+from . import binding as _binding, launcher as _launcher, locks as _locks, tables as _tables
 from .checks import MAX_POSITION
 
 Window = namedtuple("Window", "start stop cos sin angles")
@@ -52,15 +52,15 @@ class TableCache:
         self.max_rows = max(MAX_TABLE_BYTES // (2 * self.dtype.itemsize * half), MIN_ROWS)
         self.window = None  # a Window: replaced, never mutated
         self._rented = 0    # rows computed on the fly since a move was refused (lookup)
-        (self._inv_freq_ptr,) = _kernel.float_pointers(inv_freq)
-        self.on_the_fly = _kernel.angle_template(self._inv_freq_ptr, scale)  # no rows: made per token
+        (self._inv_freq_ptr,) = _binding.float_pointers(inv_freq)
+        self.on_the_fly = _launcher.angle_template(self._inv_freq_ptr, scale)  # no rows: made per token
 
     def angles_over(self, cos, sin, start):
         """A ``rope_angles`` template reading rows ``cos``/``sin`` (C-contiguous
         of the cache's dtype, kept alive by the caller) for positions from
         ``start`` on."""
-        cos_ptr, sin_ptr = _kernel.float_pointers(cos, sin)
-        return _kernel.angle_template(self._inv_freq_ptr, self._scale, (cos_ptr, sin_ptr, start, cos.shape[0]))
+        cos_ptr, sin_ptr = _binding.float_pointers(cos, sin)
+        return _launcher.angle_template(self._inv_freq_ptr, self._scale, (cos_ptr, sin_ptr, start, cos.shape[0]))
 
     def __reduce__(self):
         """Pickled (and copied) empty: rows are rebuilt on demand, the lock is new."""
@@ -132,7 +132,7 @@ class TableCache:
                 keep_lo = keep_hi = start
         for a, b in ((start, keep_lo), (keep_hi, stop)):
             if b > a:
-                _kernel.cos_sin_range(a, b - a, self._inv_freq, self._scale,
+                _tables.cos_sin_range(a, b - a, self._inv_freq, self._scale,
                                       cos[a - start:b - start], sin[a - start:b - start], where,
                                       self.dtype)
         cos.flags.writeable = False

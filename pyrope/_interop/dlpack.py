@@ -16,7 +16,7 @@ import ctypes
 
 import numpy as np
 
-from .._engine import kernel as _kernel
+from .._engine import dtypes as _dtypes
 from .dlpack_devices import CPU_DEVICES, device_name
 from ..errors import TypeError, ValueError, raised
 
@@ -145,9 +145,9 @@ def import_view(name, obj, numpy_error, accepted):
         lanes = "" if dtype.lanes == 1 else f" x{dtype.lanes} lanes"
         raise TypeError(f"{name} must have {accepted}, got DLPack {kind} {dtype.bits} bits{lanes} "
                         f"({numpy_error})")
-    bfloat16 = _kernel.bfloat16()   # ml_dtypes, imported now: the first bfloat16 array needs it
+    bfloat16 = _dtypes.bfloat16()   # ml_dtypes, imported now: the first bfloat16 array needs it
     if bfloat16 is None:
-        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package: {_kernel.ML_DTYPES_HINT}")
+        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package: {_dtypes.ML_DTYPES_HINT}")
     # consumed from here on: renaming tells the producer's destructor to leave it to the owner
     _api.PyCapsule_SetName(capsule, used)
     owner = _Owner(managed, readonly, "<u2")

@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from .._engine import kernel as _kernel
+from .._engine import dtypes as _dtypes
 from .dlpack_devices import CPU_DEVICES, ELSEWHERE, device_name
 from ..errors import TypeError, ValueError, raised
 
@@ -87,9 +87,9 @@ def _torch_floats(torch):
 def _bfloat16_for(torch, name):
     """ml_dtypes' bfloat16 for torch.bfloat16 (imported now if need be), or a
     ``TypeError`` naming ``name`` and what to install."""
-    dtype = _kernel.bfloat16()
+    dtype = _dtypes.bfloat16()
     if dtype is None:
-        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package: {_kernel.ML_DTYPES_HINT}")
+        raise TypeError(f"{name} is bfloat16, which needs the ml_dtypes package: {_dtypes.ML_DTYPES_HINT}")
     _torch_floats(torch)[torch.bfloat16] = dtype
     return dtype
 
@@ -158,7 +158,7 @@ def _dlpack_view(name, obj, data):
     except Exception as exc:  # numpy refuses bfloat16 (and types it lacks): read the capsule
         from .dlpack import import_view
         arr = import_view(name, obj, exc, f"dtype {SERVED}" if data else "an integer dtype")
-    if data and not _kernel.stores(arr.dtype):
+    if data and not _dtypes.stores(arr.dtype):
         raise TypeError(f"{name} must have dtype {SERVED}, got {arr.dtype}")
     return arr
 
@@ -168,11 +168,11 @@ def new_like(result, like, name=None):
     notes); ``name``: the argument ``like`` is, named if its library fails."""
     torch = torch_of(like)
     if torch is not None:
-        if _kernel.is_bfloat16(result.dtype):
+        if _dtypes.is_bfloat16(result.dtype):
             return torch.from_numpy(result.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(result)
     namespace = getattr(like, "__array_namespace__", None)
-    if namespace is None or _kernel.is_bfloat16(result.dtype):
+    if namespace is None or _dtypes.is_bfloat16(result.dtype):
         return result
     try:
         return namespace().from_dlpack(result)

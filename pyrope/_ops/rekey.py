@@ -9,7 +9,7 @@ import builtins
 
 import numpy as np
 
-from .._engine import kernel as _kernel
+from .._engine import dtypes as _dtypes
 from .._interop.edge import entry
 from .._engine.checks import (MAX_POSITION, POSITION_LIMIT, as_float_array, as_int, checked_positions,
                               positions_array, scale_problem)
@@ -21,7 +21,7 @@ from ..errors import TypeError, ValueError
 def _token_shape(rope, k, seq_axis):
     """``(batch_shape, n_seq)`` of keys ``k``, checked under the name the caller
     gave them (the rotations below would call them ``x``)."""
-    as_float_array("k", k, _kernel.accepted_dtypes(k), _kernel.accepted_names)
+    as_float_array("k", k, _dtypes.accepted_dtypes(k), _dtypes.accepted_names)
     if k.ndim < 3:
         raise ValueError(f"k must have at least 3 dims ([seq, heads, head_dim] or with batch dims), got shape {k.shape}")
     if k.shape[-1] != rope.head_dim:

@@ -16,7 +16,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope, reference
-from pyrope._engine.kernel import ffi, lib
+from pyrope._engine.binding import ffi, lib
 from array_bits import bits
 from kernel_api import address, c_rotate
 from tolerance import F64_ULPS, pair_magnitudes, reference_rotation

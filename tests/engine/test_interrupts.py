@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pyrope import PartialRotary, Rope
-from pyrope._engine import kernel as _kernel, plan as _plan
+from pyrope._engine import launcher as _launcher, plan as _plan
 from tensor_oracle import assert_close, expected
 
 ROPE = Rope(16, layout="split_half")
@@ -26,15 +26,15 @@ def unmergeable(rng, heads):
 
 
 def interrupt_after_the_call(monkeypatch):
-    """Calls through ``_kernel.Call.launch`` (every rotation) complete in C,
+    """Calls through ``_launcher.Call.launch`` (every rotation) complete in C,
     then Python delivers a KeyboardInterrupt before the next bytecode of the
     caller."""
-    launch = _kernel.Call.launch
+    launch = _launcher.Call.launch
 
     def launch_then_interrupt(self, *args, **kwargs):
         launch(self, *args, **kwargs)
         raise KeyboardInterrupt
-    monkeypatch.setattr(_kernel.Call, "launch", launch_then_interrupt)
+    monkeypatch.setattr(_launcher.Call, "launch", launch_then_interrupt)
 
 
 def interrupt_between_copies(monkeypatch, at=0):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pyrope import Rope, reference
-from pyrope._engine.kernel import ffi
+from pyrope._engine.binding import ffi
 from pyrope._engine.table_cache import MAX_TABLE_BYTES, MIN_ROWS, TableCache
 from array_bits import bits
 
@@ -246,14 +246,14 @@ def test_concurrent_lookups_all_get_covering_exact_windows(rng):
 
 def count_rows_built(monkeypatch):
     """Rows the table cache builds from now on (every window is built by
-    ``_kernel.cos_sin_range``), as a list of row counts."""
-    from pyrope._engine import kernel as _kernel
-    built, real = [], _kernel.cos_sin_range
+    ``tables.cos_sin_range``), as a list of row counts."""
+    from pyrope._engine import tables as _tables
+    built, real = [], _tables.cos_sin_range
 
     def counting(start, n_pos, *args, **kwargs):
         built.append(n_pos)
         return real(start, n_pos, *args, **kwargs)
-    monkeypatch.setattr(_kernel, "cos_sin_range", counting)
+    monkeypatch.setattr(_tables, "cos_sin_range", counting)
     return built
 
 

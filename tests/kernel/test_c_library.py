@@ -18,7 +18,7 @@ import pytest
 
 import pyrope
 from pyrope import reference
-from pyrope._engine.kernel import ffi, lib as cffi_lib
+from pyrope._engine.binding import ffi, lib as cffi_lib
 from pyrope.scaling import Resolved
 from tolerance import assert_rotation_close
 

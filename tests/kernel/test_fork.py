@@ -17,7 +17,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
-from pyrope._engine import kernel as _kernel, locks as _locks
+from pyrope._engine import dtypes as _dtypes, isa as _isa, locks as _locks
 
 CHILD_SECONDS = 20   # a child still running after this hangs (it needs well under a second)
 PACKAGE = pathlib.Path(pyrope.__file__).parent
@@ -85,11 +85,11 @@ def _isa_case():
             inner = pyrope.get_isa()
         pyrope.set_isa("auto")
         return inner, pyrope.get_isa() == pyrope.supported_isas()[-1]
-    return _kernel._isa_lock, action
+    return _isa._isa_lock, action
 
 
 def _late_types_case():
-    return _kernel._late_lock, lambda: _kernel._add_late_types(types.SimpleNamespace()) or "added"
+    return _dtypes._late_lock, lambda: _dtypes._add_late_types(types.SimpleNamespace()) or "added"
 
 
 def _transformers_patch_case():

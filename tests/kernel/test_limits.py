@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope._engine import kernel as _kernel
+from pyrope._engine import binding as _binding, tables as _tables
 from pyrope import cache, scaling as S
 from pyrope._ops.explicit import explicit_rope
 from pyrope.contract import fingerprint, resolved_from_contract
@@ -24,7 +24,7 @@ from pyrope.contract import fingerprint, resolved_from_contract
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HEADER = ROOT / "csrc" / "pyrope.h"
 
-MAX_INV_FREQ, MIN_SCALE, MAX_SCALE = _kernel.MAX_INV_FREQ, _kernel.MIN_SCALE, _kernel.MAX_SCALE
+MAX_INV_FREQ, MIN_SCALE, MAX_SCALE = _binding.MAX_INV_FREQ, _binding.MIN_SCALE, _binding.MAX_SCALE
 
 FREQ = re.escape(f"exceeds the kernel's largest frequency {MAX_INV_FREQ!r} (ROPE_MAX_INV_FREQ)")
 SCALE = re.escape("is outside the kernel's range [2**-32, 2**32] (ROPE_MIN_SCALE, ROPE_MAX_SCALE)")
@@ -85,8 +85,8 @@ def test_every_header_limit_is_read_by_python():
 @pytest.mark.parametrize("c_name", sorted(PYTHON_NAMES))
 def test_python_limit_is_the_header_value(c_name):
     value = _header_limits()[c_name]
-    assert getattr(_kernel, PYTHON_NAMES[c_name]) == value
-    assert type(getattr(_kernel, PYTHON_NAMES[c_name])) is type(value)
+    assert getattr(_binding, PYTHON_NAMES[c_name]) == value
+    assert type(getattr(_binding, PYTHON_NAMES[c_name])) is type(value)
 
 
 @pytest.mark.parametrize("module", ["_engine.checks", "_engine.table_cache", "_ops.rekey", "positions", "_engine.general",
@@ -213,13 +213,13 @@ CASES = [
      r"^positions must lie within \+-2147483647 \(ROPE_MAX_POSITION\), got 2147483648$"),
     ("onnx_caches max_pos past the limit", lambda: pyrope.onnx_caches(pyrope.Rope(8, layout="split_half"), 2**31 + 1),
      ValueError, r"^max_pos must be positive and at most 2147483648 .*ROPE_MAX_POSITION.*, got 2147483649$"),
-    ("threads past the limit", lambda: pyrope.set_num_threads(_kernel.MAX_THREADS + 1), ValueError,
-     rf"^n must be between 1 and {_kernel.MAX_THREADS}, got {_kernel.MAX_THREADS + 1}$"),
+    ("threads past the limit", lambda: pyrope.set_num_threads(_binding.MAX_THREADS + 1), ValueError,
+     rf"^n must be between 1 and {_binding.MAX_THREADS}, got {_binding.MAX_THREADS + 1}$"),
     ("on-the-fly past the limit",
-     lambda: pyrope.Rope(2 * _kernel.MAX_OTF_HALF + 2, layout="split_half").apply(
-         np.ones((1, 1, 2 * _kernel.MAX_OTF_HALF + 2), np.float32), angles="on_the_fly"),
-     ValueError, rf"^angles='on_the_fly' needs rotary_dim <= {2 * _kernel.MAX_OTF_HALF}, "
-                 rf"got rotary_dim={2 * _kernel.MAX_OTF_HALF + 2}"),
+     lambda: pyrope.Rope(2 * _binding.MAX_OTF_HALF + 2, layout="split_half").apply(
+         np.ones((1, 1, 2 * _binding.MAX_OTF_HALF + 2), np.float32), angles="on_the_fly"),
+     ValueError, rf"^angles='on_the_fly' needs rotary_dim <= {2 * _binding.MAX_OTF_HALF}, "
+                 rf"got rotary_dim={2 * _binding.MAX_OTF_HALF + 2}"),
 ]
 
 
@@ -241,7 +241,7 @@ X = np.ones((3, 2, 8), np.float32)
 
 def _serves(rope):
     """The kernel takes the rope: tables and rotations at the extreme positions are finite."""
-    pos = [0, 1, _kernel.MAX_POSITION]
+    pos = [0, 1, _binding.MAX_POSITION]
     cos, sin = rope.cos_sin(pos)
     assert np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))
     y = rope.apply(X, pos)
@@ -294,20 +294,20 @@ def test_one_ulp_past_the_limit_is_refused(make, pattern):
 def test_the_kernel_itself_refuses_one_ulp_past(inv_freq, scale):
     # what Python refuses is what C refuses: Python's bound is not stricter than the kernel's
     with pytest.raises(ValueError, match="not finite or out of range"):
-        _kernel.cos_sin_table(np.zeros(1, np.int64), np.array(inv_freq), scale, where="test")
+        _tables.cos_sin_table(np.zeros(1, np.int64), np.array(inv_freq), scale, where="test")
 
 
 def test_threads_at_the_limit_are_accepted():
     before = pyrope.get_num_threads()
     try:
-        pyrope.set_num_threads(_kernel.MAX_THREADS)
-        assert pyrope.get_num_threads() == _kernel.MAX_THREADS
+        pyrope.set_num_threads(_binding.MAX_THREADS)
+        assert pyrope.get_num_threads() == _binding.MAX_THREADS
     finally:
         pyrope.set_num_threads(before)
 
 
 def test_on_the_fly_at_the_limit_is_served():
-    d = 2 * _kernel.MAX_OTF_HALF
+    d = 2 * _binding.MAX_OTF_HALF
     x = np.ones((2, 1, d), np.float32)
     rope = pyrope.Rope(d, layout="split_half")
     assert np.array_equal(rope.apply(x, angles="on_the_fly"), rope.apply(x, angles="table"))

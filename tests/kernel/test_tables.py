@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pyrope
-from pyrope._engine import kernel as _kernel
+from pyrope._engine import tables as _tables
 
 BASES = [10.0, 1e4, 5e5, 1e6, 1e7]
 HALVES = [1, 3, 32, 64, 256]          # rotary_dim / 2 for dims 2, 6, 64, 128, 512
@@ -111,7 +111,7 @@ def band_cases():
 
 def test_bands_every_base_and_dim_within_one_ulp(isa, band_cases):
     for base, half, pos, cols, want_c, want_s in band_cases:
-        c, s = _kernel.cos_sin_table(pos, frequencies(base, half), 1.0)
+        c, s = _tables.cos_sin_table(pos, frequencies(base, half), 1.0)
         what = f"{isa} base={base} half={half}"
         assert_correctly_rounded(c[:, cols].ravel(), want_c, what + " cos")
         assert_correctly_rounded(s[:, cols].ravel(), want_s, what + " sin")
@@ -140,7 +140,7 @@ def test_near_multiples_of_half_pi_within_one_ulp(isa, near_zero_cases):
     got_c, got_s = np.empty(ms.size), np.empty(ms.size)
     for w in np.unique(ws):
         sel = ws == w
-        c, s = _kernel.cos_sin_table(np.ascontiguousarray(ms[sel]), np.array([w]), 1.0)
+        c, s = _tables.cos_sin_table(np.ascontiguousarray(ms[sel]), np.array([w]), 1.0)
         got_c[sel], got_s[sel] = c[:, 0], s[:, 0]
     assert_correctly_rounded(got_c, want_c, f"{isa} cos near zeros")
     assert_correctly_rounded(got_s, want_s, f"{isa} sin near zeros")
@@ -167,7 +167,7 @@ def test_adversarial_frequencies_within_one_ulp(isa):
     want_c, want_s = exact_cos_sin(ms, ws)
     got_c, got_s = np.empty(ms.size), np.empty(ms.size)
     for j in range(ms.size):
-        c, s = _kernel.cos_sin_table(ms[j:j + 1], ws[j:j + 1], 1.0)
+        c, s = _tables.cos_sin_table(ms[j:j + 1], ws[j:j + 1], 1.0)
         got_c[j], got_s[j] = c[0, 0], s[0, 0]
     assert_correctly_rounded(got_c, want_c, f"{isa} cos, adversarial w")
     assert_correctly_rounded(got_s, want_s, f"{isa} sin, adversarial w")
@@ -180,23 +180,23 @@ def test_edge_frequencies(isa):
     ms, ws = np.repeat(pos, w.size), np.tile(w, pos.size)
     for scale in (1.0, ATTENTION):
         want_c, want_s = exact_cos_sin(ms, ws, scale)
-        c, s = _kernel.cos_sin_table(pos, w, scale)
+        c, s = _tables.cos_sin_table(pos, w, scale)
         assert_correctly_rounded(c.ravel(), want_c, f"{isa} cos, edge w")
         assert_correctly_rounded(s.ravel(), want_s, f"{isa} sin, edge w")
-        c, s = _kernel.cos_sin_range(-3, 7, w, scale)
+        c, s = _tables.cos_sin_range(-3, 7, w, scale)
         want_c, want_s = exact_cos_sin(np.repeat(np.arange(-3, 4), w.size), np.tile(w, 7), scale)
         assert_correctly_rounded(c.ravel(), want_c, f"{isa} range cos, edge w")
         assert_correctly_rounded(s.ravel(), want_s, f"{isa} range sin, edge w")
     # Zeros are +0 on every path.
-    assert not np.signbit(_kernel.cos_sin_table(pos, w, 1.0)[1][:, 0]).any()
-    assert not np.signbit(_kernel.cos_sin_range(-3, 7, w, 1.0)[1][:, 0]).any()
+    assert not np.signbit(_tables.cos_sin_table(pos, w, 1.0)[1][:, 0]).any()
+    assert not np.signbit(_tables.cos_sin_range(-3, 7, w, 1.0)[1][:, 0]).any()
 
 
 def test_attention_factor_is_rounded_once(isa):
     rng = np.random.default_rng(5)
     w = frequencies(5e5, 64)
     pos = band_positions(rng)
-    c, s = _kernel.cos_sin_table(pos, w, ATTENTION)
+    c, s = _tables.cos_sin_table(pos, w, ATTENTION)
     ms, ws = np.repeat(pos, w.size), np.tile(w, pos.size)
     want_c, want_s = exact_cos_sin(ms, ws, ATTENTION)
     assert_correctly_rounded(c.ravel(), want_c, f"{isa} scaled cos")
@@ -219,7 +219,7 @@ def test_dense_ranges_within_one_ulp(isa, scale):
     near_zero = 0
     for start in starts:
         n = 70
-        c, s = _kernel.cos_sin_range(start, n, w, scale)
+        c, s = _tables.cos_sin_range(start, n, w, scale)
         ms = np.repeat(np.arange(start, start + n, dtype=np.int64), w.size)
         want_c, want_s = exact_cos_sin(ms, np.tile(w, n), scale)
         assert_correctly_rounded(c.ravel(), want_c, f"{isa} range start={start} cos")
@@ -232,7 +232,7 @@ def test_dense_ranges_within_one_ulp(isa, scale):
 def test_range_with_few_rows_and_frequencies(isa):
     for n, half in [(1, 1), (2, 5), (31, 4), (33, 3), (1, 130)]:
         w = frequencies(1e6, half)
-        c, s = _kernel.cos_sin_range(-7, n, w, 1.0)
+        c, s = _tables.cos_sin_range(-7, n, w, 1.0)
         ms = np.repeat(np.arange(-7, -7 + n, dtype=np.int64), half)
         want_c, want_s = exact_cos_sin(ms, np.tile(w, n))
         assert_correctly_rounded(c.ravel(), want_c, f"{isa} n={n} half={half} cos")
@@ -259,11 +259,11 @@ def test_float64_tables_within_4_ulp(scale, near_zero_cases):
     pos = band_positions(rng)
     for base in (10.0, 1e4, 1e7):
         w = frequencies(base, 8)
-        c, s = _kernel.cos_sin_table_f64(pos, w, scale)
+        c, s = _tables.cos_sin_table_f64(pos, w, scale)
         err = float64_ulp_errors(zip(c.ravel(), s.ravel()), np.repeat(pos, w.size), np.tile(w, pos.size), scale)
         assert err.max() <= 4.0, f"base={base}: {err.max():.3f} ulp"
     ms, ws = near_zero_cases[0][::23], near_zero_cases[1][::23]
-    got = [tuple(v[0, 0] for v in _kernel.cos_sin_table_f64(ms[j:j + 1], ws[j:j + 1], scale))
+    got = [tuple(v[0, 0] for v in _tables.cos_sin_table_f64(ms[j:j + 1], ws[j:j + 1], scale))
            for j in range(ms.size)]
     err = float64_ulp_errors(got, ms, ws, scale)
     assert err.max() <= 4.0, f"near zeros: {err.max():.3f} ulp"
@@ -300,7 +300,7 @@ def test_simd_lists_match_scalar_bit_for_bit(half):
     pos = np.concatenate([rng.integers(-MAX_POS, MAX_POS + 1, 300), band_positions(rng)])
     w = np.concatenate([frequencies(10 ** rng.uniform(1, 7), half)[:-1], [rng.uniform(0, 4)]])
     scale = float(rng.choice([1.0, ATTENTION, -0.5]))
-    got = _both(lambda: _kernel.cos_sin_table(pos, w, scale))
+    got = _both(lambda: _tables.cos_sin_table(pos, w, scale))
     for name, (c, s) in got.items():
         assert np.array_equal(c, got["scalar"][0]), f"{name} cos differs from scalar (half={half})"
         assert np.array_equal(s, got["scalar"][1]), f"{name} sin differs from scalar (half={half})"
@@ -311,7 +311,7 @@ def test_simd_lists_match_scalar_bit_for_bit(half):
 def test_simd_ranges_match_scalar_bit_for_bit(start, n, half):
     w = frequencies(1e7, half)
     for scale in (1.0, ATTENTION):
-        got = _both(lambda: _kernel.cos_sin_range(start, n, w, scale))
+        got = _both(lambda: _tables.cos_sin_range(start, n, w, scale))
         for name, (c, s) in got.items():
             assert np.array_equal(c, got["scalar"][0]), f"{name} cos differs from scalar"
             assert np.array_equal(s, got["scalar"][1]), f"{name} sin differs from scalar"
@@ -326,8 +326,8 @@ def test_every_path_gives_the_same_bits():
         bits = []
         for name in pyrope.supported_isas():
             with pyrope.forced_isa(name):
-                bits.append([a.view(np.uint32) for a in _kernel.cos_sin_range(start, 200, w, ATTENTION)])
-                bits.append([a.view(np.uint32) for a in _kernel.cos_sin_table(pos, w, ATTENTION)])
+                bits.append([a.view(np.uint32) for a in _tables.cos_sin_range(start, 200, w, ATTENTION)])
+                bits.append([a.view(np.uint32) for a in _tables.cos_sin_table(pos, w, ATTENTION)])
         for c, s in bits[1:]:
             assert np.array_equal(c, bits[0][0]), f"cos differs at start={start}"
             assert np.array_equal(s, bits[0][1]), f"sin differs at start={start}"
@@ -341,9 +341,9 @@ def test_position_lists_mixing_runs_and_scattered_positions(isa):
     pos = np.concatenate([rng.integers(-MAX_POS, MAX_POS, 5), np.arange(1000, 1100),
                           rng.integers(0, 5000, 7), np.arange(-20, 27), np.arange(2**31 - 48, 2**31),
                           [5, 5, 4, 3]]).astype(np.int64)
-    c, s = _kernel.cos_sin_table(pos, w, 1.0)
+    c, s = _tables.cos_sin_table(pos, w, 1.0)
     for j in range(pos.size):
-        cj, sj = _kernel.cos_sin_table(pos[j:j + 1], w, 1.0)
+        cj, sj = _tables.cos_sin_table(pos[j:j + 1], w, 1.0)
         assert np.array_equal(c[j].view(np.uint32), cj[0].view(np.uint32)), f"row {j}"
         assert np.array_equal(s[j].view(np.uint32), sj[0].view(np.uint32)), f"row {j}"
     rows = np.arange(0, pos.size, 3)
@@ -373,9 +373,9 @@ def test_entries_next_to_rounding_midpoints_are_correctly_rounded(isa):
     want_c, want_s = exact_cos_sin(ms, ws)
     got_c, got_s = np.empty(ms.size), np.empty(ms.size)
     for j in range(ms.size):
-        c, s = _kernel.cos_sin_table(ms[j:j + 1], ws[j:j + 1], 1.0)
+        c, s = _tables.cos_sin_table(ms[j:j + 1], ws[j:j + 1], 1.0)
         got_c[j], got_s[j] = c[0, 0], s[0, 0]
-        c, s = _kernel.cos_sin_range(int(ms[j]) - 3, 5, ws[j:j + 1], 1.0)
+        c, s = _tables.cos_sin_range(int(ms[j]) - 3, 5, ws[j:j + 1], 1.0)
         assert c[3, 0] == got_c[j] and s[3, 0] == got_s[j]
     assert_correctly_rounded(got_c, want_c, f"{isa} cos next to midpoints")
     assert_correctly_rounded(got_s, want_s, f"{isa} sin next to midpoints")
@@ -391,7 +391,7 @@ def test_large_tables_are_separate_fresh_arrays(n, half, dtype, align_from, monk
     # and from earlier results, holding the bits of tables made one row at a
     # time (small, separate allocations).
     if align_from is not None:
-        monkeypatch.setattr(_kernel, "_ALIGN_FROM", align_from)
+        monkeypatch.setattr(_tables, "_ALIGN_FROM", align_from)
     rope = pyrope.Rope(2 * half, layout="split_half", base=1e4)
     pos = np.arange(-7, n - 7)
     c, s = rope.cos_sin(pos, dtype=dtype)

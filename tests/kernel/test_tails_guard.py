@@ -12,7 +12,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
-from pyrope._engine.kernel import storage_dtypes
+from pyrope._engine.dtypes import storage_dtypes
 
 GUARD = 64
 PATTERN = 0xA5

@@ -15,7 +15,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
-from pyrope._engine import kernel as _kernel
+from pyrope._engine import isa as _isa, launcher as _launcher
 from array_bits import bits
 from checkout import ROOT, env_with_checkout
 
@@ -63,7 +63,7 @@ def test_num_threads_from_environment():
     # a bad value is a RuntimeWarning naming the variable, and the default is used
     env["PYROPE_NUM_THREADS"] = "lots"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0 and out.stdout.strip() == str(_kernel._default_threads()), out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == str(_isa._default_threads()), out.stderr
     assert "RuntimeWarning" in out.stderr and "PYROPE_NUM_THREADS" in out.stderr and "'lots'" in out.stderr
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
                          capture_output=True, text=True, cwd=ROOT)
@@ -75,9 +75,9 @@ def test_bandwidth_pass_reads_and_writes_every_byte(isa, n_threads, rng):
     for n in (0, 1, 3, 4, 129, 3 << 20):
         a = rng.integers(0, 256, size=n, dtype=np.uint8)
         keep = a.copy()
-        _kernel.bandwidth_pass(a, 0, n_threads)
+        _launcher.bandwidth_pass(a, 0, n_threads)
         assert np.array_equal(a, keep)
-        _kernel.bandwidth_pass(a, 0xA5C30F81, n_threads)
+        _launcher.bandwidth_pass(a, 0xA5C30F81, n_threads)
         mask = np.resize(np.array([0x81, 0x0F, 0xC3, 0xA5], np.uint8), n)
         assert np.array_equal(a, keep ^ mask)
 

@@ -20,7 +20,7 @@ import numpy as np
 
 import pyrope
 from pyrope import Rope
-from pyrope._engine.kernel import ffi, lib
+from pyrope._engine.binding import ffi, lib
 
 CASES = {}
 
@@ -71,7 +71,7 @@ def same(got, want, what="result"):
 
 def dtypes():
     """Every storage type this process serves (bfloat16 where ml_dtypes is installed)."""
-    return [np.dtype(d) for d in pyrope._engine.kernel.storage_dtypes()]
+    return [np.dtype(d) for d in pyrope._engine.dtypes.storage_dtypes()]
 
 
 # ---- Rope.apply ----------------------------------------------------------------------

@@ -2,7 +2,8 @@
 by hand, from explicit element strides, with no planner in between."""
 import numpy as np
 
-from pyrope._engine.kernel import DTYPE_CODES, LAYOUTS, ffi, lib
+from pyrope._engine.binding import LAYOUTS, ffi, lib
+from pyrope._engine.dtypes import DTYPE_CODES
 
 
 def strides_of(a4):

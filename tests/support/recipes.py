@@ -33,7 +33,7 @@ CC = os.environ.get("CC", "cc")
 SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 KERNEL_CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-fno-math-errno", "-pthread"]
 # every ISA (the isa fixture: pyrope.supported_isas()) x every storage type
-# (pyrope._engine.kernel.storage_dtypes(), from the C list), bit for bit against the
+# (pyrope._engine.dtypes.storage_dtypes(), from the C list), bit for bit against the
 # scalar kernels, and every ISA against the reference: the cases the recipes
 # add (the toy entry with every type, every entry with int8), so that the step
 # stays within a minute; `make sanitize` runs the rest
@@ -174,7 +174,7 @@ def main():
     preload = " ".join(subprocess.run([CC, f"-print-file-name={lib}"], check=True, capture_output=True,
                                       text=True).stdout.strip() for lib in ("libasan.so", "libubsan.so"))
     env["LD_PRELOAD"] = preload
-    check = ("import pyrope, sys; from pyrope._engine.kernel import storage_dtypes; "
+    check = ("import pyrope, sys; from pyrope._engine.dtypes import storage_dtypes; "
              f"assert pyrope.__file__.startswith({TREE + os.sep!r}), pyrope.__file__; "
              "assert pyrope.supported_isas()[-1] == 'toy', pyrope.supported_isas(); "
              "assert 'int8' in [d.name for d in storage_dtypes()], storage_dtypes(); "

@@ -233,7 +233,7 @@ def test_plot_panels_hold_every_isa_and_peer_per_dtype_and_layout():
 
 
 def test_default_isas_leave_scalar_out_unless_it_is_all(monkeypatch):
-    monkeypatch.setattr(benchmark._kernel, "supported_isas", lambda: ["scalar", "neon"])
+    monkeypatch.setattr(benchmark._isa, "supported_isas", lambda: ["scalar", "neon"])
     assert benchmark.default_isas() == ["neon"] and benchmark.yardstick_isa() == "neon"
-    monkeypatch.setattr(benchmark._kernel, "supported_isas", lambda: ["scalar"])
+    monkeypatch.setattr(benchmark._isa, "supported_isas", lambda: ["scalar"])
     assert benchmark.default_isas() == ["scalar"]

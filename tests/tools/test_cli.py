@@ -144,7 +144,7 @@ def test_version_prints_the_package_version(argv):
 
 
 def test_version_agrees_with_the_c_library(capsys):
-    code = pyrope._engine.kernel.lib.rope_version()
+    code = pyrope._engine.binding.lib.rope_version()
     assert f"{code // 10000}.{code // 100 % 100}.{code % 100}" == pyrope.__version__
     assert run(["--version"], capsys) == (0, f"pyrope {pyrope.__version__}\n", "")
     # a stale build (an extension older than the Python code) is said, not hidden

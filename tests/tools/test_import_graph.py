@@ -97,7 +97,7 @@ def circles():
 
 def test_the_graph_is_read():
     """The test below can fail: the reader sees the edges that matter."""
-    assert "pyrope._engine.kernel" in GRAPH["pyrope.rope"]
+    assert "pyrope._engine.tables" in GRAPH["pyrope.rope"]
     assert "pyrope.rope" in GRAPH["pyrope.config"]
     assert "pyrope.benchmark" in GRAPH["pyrope.cli"]          # a deferred import
     assert "pyrope" in GRAPH["pyrope.integrations._hf_rotary"]   # `from .. import Rope`
@@ -105,6 +105,13 @@ def test_the_graph_is_read():
 
 def test_no_import_circle():
     assert circles() == []
+
+
+def test_only_the_binding_imports_the_extension():
+    """The engine's other modules that call C take ffi and lib from the binding;
+    the benchmark report opens the extension's file (its digest), not its lib."""
+    importers = sorted(m for m in GRAPH if EXTENSION in GRAPH[m])
+    assert importers == ["pyrope._bench.report", "pyrope._engine.binding"], importers
 
 
 def test_the_core_imports_no_tool():

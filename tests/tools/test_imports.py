@@ -24,7 +24,8 @@ OPTIONAL = ("ml_dtypes", "matplotlib", "torch", "onnx", "onnxruntime", "transfor
 # what rotating and its numpy-only API need; nothing else may load with `import pyrope`
 CORE = {
     "pyrope", "pyrope._pyrope_cffi", "pyrope._pyrope_cffi.lib", "pyrope._engine.checks", "pyrope.errors",
-    "pyrope._engine", "pyrope._engine.kernel", "pyrope._engine.plan", "pyrope._engine.sections",
+    "pyrope._engine", "pyrope._engine.binding", "pyrope._engine.dtypes", "pyrope._engine.isa",
+    "pyrope._engine.tables", "pyrope._engine.launcher", "pyrope._engine.plan", "pyrope._engine.sections",
     "pyrope._engine.table_cache", "pyrope._engine.locks", "pyrope._engine.general", "pyrope._engine.direct",
     "pyrope._interop", "pyrope._interop.edge", "pyrope._interop.views", "pyrope._interop.dlpack_devices",
     "pyrope._readers", "pyrope._readers.hf_config", "pyrope._ops", "pyrope._ops.rekey", "pyrope._ops.explicit",

@@ -184,8 +184,8 @@ def test_the_matplotlib_messages(monkeypatch):
 
 
 def test_the_ml_dtypes_hint():
-    from pyrope._engine import kernel as _kernel
-    assert_hints_work("bfloat16 needs the ml_dtypes package: " + _kernel.ML_DTYPES_HINT, "ml_dtypes")
+    from pyrope._engine import dtypes as _dtypes
+    assert_hints_work("bfloat16 needs the ml_dtypes package: " + _dtypes.ML_DTYPES_HINT, "ml_dtypes")
 
 
 def test_the_torch_message(monkeypatch):
