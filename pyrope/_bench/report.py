@@ -92,7 +92,8 @@ def extension_info():
     path = os.path.abspath(_pyrope_cffi.__file__)
     with open(path, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    beside = os.path.dirname(path) == os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # pyrope/, above _bench/
+    beside = os.path.dirname(path) == package
     return {"sha256": digest, "beside_package": beside}
 
 

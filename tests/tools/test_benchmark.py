@@ -205,6 +205,12 @@ def test_machine_info_names_the_isa_and_is_json():
     lines = _bench_report.machine_lines(info)
     assert lines[0].startswith("CPU: ") and f"pyrope ISA: {pyrope.get_isa()}" in lines[1]
     assert len(info["extension"]["sha256"]) == 16 and isinstance(info["extension"]["beside_package"], bool)
+    # this package's own build sits beside it (an installed wheel's too): no warning
+    import os
+    import pyrope._pyrope_cffi as extension
+    assert os.path.dirname(extension.__file__) == os.path.dirname(pyrope.__file__)
+    assert info["extension"]["beside_package"] is True
+    assert not any(line.startswith("WARNING") for line in lines)
     # a run that measured another checkout's build says so
     info["extension"]["beside_package"] = False
     assert _bench_report.machine_lines(info)[-1].startswith("WARNING: the C extension measured")
