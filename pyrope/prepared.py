@@ -10,7 +10,7 @@ import numpy as np
 from ._engine import plan as _plan
 from ._engine.checks import as_int, out_pair, refuse_masked
 from ._engine.direct import may_share
-from ._interop.edge import Edge
+from ._interop.edge import PASS as _PASS, Edge
 from .errors import TypeError, ValueError
 
 __all__ = ["PreparedRotation"]
@@ -124,8 +124,9 @@ class PreparedApply(PreparedRotation):
             try:
                 result = self._result(0, x, out)   # raises, or the same arrays with equal dtypes
             except TypeError:                      # not arrays: tensors run this plan on their views
-                if _PREPARED.foreign((self, x, out, offset, positions)):
-                    return _PREPARED.convert(_call_prepared, (self, x, out, offset, positions))
+                result = _PREPARED.run(_call_prepared, (self, x, out, offset, positions))
+                if result is not _PASS:
+                    return result
                 raise
             if _subclassed(x, out):   # a memmap, say: apply's answer, of apply's type
                 return self._rope.apply(x, positions, offset=offset, seq_axis=self._seq_axis, out=out,
@@ -133,7 +134,8 @@ class PreparedApply(PreparedRotation):
         else:
             result = _plan.fresh_result(x) if mode is _FRESH else out
         rope = self._rope
-        if result is x or mode is _FRESH or not may_share(x, result):
+        if (positions is None or type(positions) is _ndarray) and (
+                result is x or mode is _FRESH or not may_share(x, result)):   # tensors cross the edge first
             call = self._call
             rows = rope._rows_for(np.float64).window if call.wide else rope._tables.window
             if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "prepared rotation"):
@@ -166,13 +168,14 @@ class PreparedApplyQK(PreparedRotation):
                 q_out, k_out = out_pair(out)
                 results = qo, ko = self._result(0, q, q_out), self._result(1, k, k_out)
             except TypeError:                      # not arrays: tensors run this plan on their views
-                if _PREPARED_QK.foreign((self, q, k, out, offset, positions)):
-                    return _PREPARED_QK.convert(_call_prepared_qk, (self, q, k, out, offset, positions))
+                result = _PREPARED_QK.run(_call_prepared_qk, (self, q, k, out, offset, positions))
+                if result is not _PASS:
+                    return result
                 raise
             if _subclassed(q, k, q_out, k_out):
                 return self._rope.apply_qk(q, k, positions, offset=offset, seq_axis=self._seq_axis, out=out)
         rope = self._rope
-        if not (may_share(q, k) or (qo is not q and (may_share(qo, q) or may_share(qo, k)))
+        if (positions is None or type(positions) is _ndarray) and not (may_share(q, k) or (qo is not q and (may_share(qo, q) or may_share(qo, k)))
                 or (ko is not k and (may_share(ko, q) or may_share(ko, k)))
                 or (qo is not q and ko is not k and may_share(qo, ko))):
             call = self._call

@@ -13,7 +13,7 @@ from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_l
                              out_pair, positions_array, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
-from ._interop.edge import Edge
+from ._interop.edge import PASS as _PASS, Edge
 from ._ops import rekey as _rekey
 from .prepared import PreparedApply, PreparedApplyQK, PreparedRotation  # noqa: F401 (pyrope.rope.PreparedRotation)
 from ._readers.hf_config import hf_rope_arguments
@@ -431,7 +431,8 @@ class Rope:
         # The direct path (see "the direct path" below): a memo hit, then the
         # launcher. -3.0 == -3, so only an int seq_axis may look a plan up.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(x) is _ndarray
-                and type(offset) is int and type(seq_axis) is int):
+                and type(offset) is int and type(seq_axis) is int
+                and (positions is None or type(positions) is _ndarray)):   # tensors cross the edge first
             if out is x:
                 mark = None
             elif out is None:
@@ -465,7 +466,8 @@ class Rope:
         # The direct path, as in apply.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(q) is _ndarray
                 and type(k) is _ndarray and type(offset) is int
-                and type(seq_axis) is int and k.dtype is q.dtype):
+                and type(seq_axis) is int and k.dtype is q.dtype
+                and (positions is None or type(positions) is _ndarray)):
             if out is None:
                 qo = ko = None
                 marks = (_FRESH, _FRESH)
@@ -603,9 +605,9 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
     the edge here: viewed as arrays, they call ``apply`` again."""
     if type(x) is not _ndarray or (out is not None and type(out) is not _ndarray) or (
             positions is not None and type(positions) is not _ndarray):
-        args = (rope, x, positions, offset, seq_axis, out, inverse, angles)
-        if _APPLY.foreign(args):
-            return _APPLY.convert(_apply, args)
+        result = _APPLY.run(_apply, (rope, x, positions, offset, seq_axis, out, inverse, angles))
+        if result is not _PASS:
+            return result
     job = Job(rope, positions, offset, seq_axis, angles)
     job.add("x", x, out, "out")
     return job.run(inverse, "Rope.apply")[0]
@@ -613,9 +615,9 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
 
 def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
     """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
-    args = (rope, q, k, positions, offset, seq_axis, out, angles)
-    if _APPLY_QK.foreign(args):
-        return _APPLY_QK.convert(_apply_qk, args)
+    result = _APPLY_QK.run(_apply_qk, (rope, q, k, positions, offset, seq_axis, out, angles))
+    if result is not _PASS:
+        return result
     q_out, k_out = out_pair(out)
     job = Job(rope, positions, offset, seq_axis, angles)
     job.add("q", q, q_out, "out[0]")

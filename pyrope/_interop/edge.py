@@ -106,6 +106,9 @@ def _pairs(value):
     return (type(value) is tuple or type(value) is list) and len(value) == 2
 
 
+PASS = object()   # Edge.run: no argument crosses the edge
+
+
 class Edge:
     """The conversions of one entry point, whose arguments come as one
     sequence in the order of ``params`` (its parameter names).
@@ -135,7 +138,7 @@ class Edge:
     """
 
     __slots__ = ("where", "_names", "_inputs", "_out", "_pair", "_positions", "_dtypes", "_written",
-                 "_like", "_adjoint", "_native", "_examples", "_data", "_scan")
+                 "_like", "_adjoint", "_native", "_examples", "_data", "_scan", "_lean", "_lean_pair", "_out_labels")
 
     def __init__(self, where, params, *, inputs=(), out=None, pair=False, positions=(), dtypes=(),
                  written=(), like=None, adjoint=None, native=False, examples=False, data=True):
@@ -154,6 +157,14 @@ class Edge:
         self._native, self._examples, self._data = native, examples, data
         self._scan = tuple((i, i == self._out and pair) for i in self._inputs + (
             () if self._out is None else (self._out,)) + self._positions)
+        # the shape of a decode call (apply, a prepared call): one input, one
+        # output, positions; converted step by step (a few hundred ns each)
+        self._out_labels = () if self._out is None else tuple(
+            f"{out}[{i}]" for i in range(len(self._inputs))) if pair else (out,)
+        plain = (self._out is not None and not self._dtypes and not self._written and self._like is None
+                 and not native and not examples)
+        self._lean = plain and len(self._inputs) == 1 and not pair
+        self._lean_pair = plain and len(self._inputs) == 2 and pair
 
     def crosses(self, value, pair=False):
         """Is ``value`` (an argument; with ``pair``, possibly a pair of them)
@@ -164,14 +175,20 @@ class Edge:
 
     def foreign(self, args):
         """Does one of ``args`` this edge names hold an object it converts?"""
-        crosses = self.crosses
-        return any(crosses(args[i], pair) for i, pair in self._scan)
+        for i, pair in self._scan:
+            if self.crosses(args[i], pair):
+                return True
+        return False
 
     def convert(self, fn, args):
         """``fn(*args)`` on numpy views of ``args``' tensors and DLPack objects,
         its result as the caller's types. ``fn`` is the public call itself, so
         the views take the path an ndarray takes (and under autograd, the
         forward and backward passes re-enter it with tensors)."""
+        if self._lean:
+            return self._convert_one(fn, args)
+        if self._lean_pair:
+            return self._convert_pair(fn, args)
         args = list(args)
         given = tuple(args)
         originals = [args[i] for i in self._inputs]
@@ -198,6 +215,72 @@ class Edge:
                  if like == "" else ((names[like], given[like]),))
         return bridge.finish(fn(*args), likes)
 
+    def run(self, fn, args):
+        """:meth:`convert` when one of ``args`` crosses this edge, else
+        :data:`PASS` (the caller's own path takes them): one scan, for the
+        calls a decode loop makes (``Rope.apply``, prepared calls)."""
+        if not self._lean:
+            return self.convert(fn, args) if self.foreign(args) else PASS
+        return self._convert_one(fn, args, True)
+
+    def _convert_one(self, fn, args, passing=False):
+        """:meth:`convert` for one input and one output, without a Bridge;
+        ``passing``: :data:`PASS` when nothing crosses (:meth:`run`)."""
+        ix, io = self._inputs[0], self._out
+        x, out = args[ix], args[io]
+        foreign = not isinstance(x, _ndarray) and hasattr(type(x), "__dlpack__")
+        if passing and not foreign and (out is None or isinstance(out, _ndarray)
+                                        or not hasattr(type(out), "__dlpack__")):
+            for i in self._positions:
+                if is_foreign(args[i]):
+                    break
+            else:
+                return PASS
+        if (getattr(x, "requires_grad", False) or getattr(out, "requires_grad", False)) and grad_needed((x, out)):
+            return self._differentiate(fn, list(args), [x], [out])
+        args = list(args)
+        names, data = self._names, self._data
+        xa = args[ix] = as_array(names[ix], x, data) if foreign else x
+        if out is not None:
+            args[io] = xa if out is x else as_array(names[io], out, data) if is_foreign(out) else out
+        for i in self._positions:
+            p = args[i]
+            if p is not None and is_foreign(p):
+                args[i] = as_array(names[i], p, data=False)
+        result = fn(*args)
+        if out is not None:
+            if torch_of(out) is not None:   # written as torch's in-place ops write
+                sys.modules["torch"].autograd.graph.increment_version((out,))
+            return out
+        return new_like(result, x, names[ix]) if foreign and type(result) is _ndarray else result
+
+    def _convert_pair(self, fn, args):
+        """:meth:`convert` for two inputs and a pair of outputs (``apply_qk``), without a Bridge."""
+        (iq, ik), io, names, data = self._inputs, self._out, self._names, self._data
+        q, k, out = args[iq], args[ik], args[io]
+        outs = self._outs(args)
+        qo, ko = outs
+        if (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False) or getattr(
+                qo, "requires_grad", False) or getattr(ko, "requires_grad", False)) and grad_needed((q, k, qo, ko)):
+            return self._differentiate(fn, list(args), [q, k], outs)
+        args = list(args)
+        qa = args[iq] = as_array(names[iq], q, data) if is_foreign(q) else q
+        ka = args[ik] = as_array(names[ik], k, data) if is_foreign(k) else k
+        if out is not None:
+            on = self._out_labels
+            args[io] = (qa if qo is q else as_array(on[0], qo, data) if is_foreign(qo) else qo,
+                        ka if ko is k else as_array(on[1], ko, data) if is_foreign(ko) else ko)
+        for i in self._positions:
+            p = args[i]
+            if p is not None and is_foreign(p):
+                args[i] = as_array(names[i], p, data=False)
+        rq, rk = fn(*args)
+        written = [o for o in outs if torch_of(o) is not None]
+        if written:   # written as torch's in-place ops write
+            sys.modules["torch"].autograd.graph.increment_version(written)
+        return (qo if qo is not None else new_like(rq, q, names[iq]) if qa is not q and type(rq) is _ndarray else rq,
+                ko if ko is not None else new_like(rk, k, names[ik]) if ka is not k and type(rk) is _ndarray else rk)
+
     def _outs(self, args):
         """The output argument as a list, one item per input (pairs) or one."""
         if self._out is None:
@@ -213,8 +296,7 @@ class Edge:
         return list(out)
 
     def _out_names(self):
-        name = self._names[self._out]
-        return tuple(f"{name}[{i}]" for i in range(len(self._inputs))) if self._pair else (name,)
+        return self._out_labels
 
     def _differentiate(self, fn, args, originals, outs):
         names, inputs, out = self._names, self._inputs, self._out
