@@ -77,6 +77,9 @@ ROPE_API int rope_abi_version(void);
 #define ROPE_MAX_THREADS 64
 /* Most position components of a sectioned position source. */
 #define ROPE_MAX_COMPONENTS 4
+/* Largest head_dim of a staged call that normalises or converts (its head
+ * passes through a scratch row of this many elements). */
+#define ROPE_MAX_STAGE_DIM 4096
 
 /* ---- status codes -------------------------------------------------------- */
 
@@ -94,7 +97,9 @@ enum {
     ROPE_E_OVERLAP = 10,   /* out shares x's first element but not its strides, or an
                             * output meets memory the call reads while it writes */
     ROPE_E_ALIGN = 11,     /* a pointer is not aligned to its element type */
-    ROPE_E_SOURCE = 12     /* the position source or its component map is invalid */
+    ROPE_E_SOURCE = 12,    /* the position source or its component map is invalid */
+    ROPE_E_SLOT = 13,      /* a cache slot lies outside the cache (and is not -1) */
+    ROPE_E_STAGE = 14      /* a stage is invalid: its kind, norm, eps or type conversion */
 };
 
 /* A static message for a status code (never NULL). */
@@ -260,6 +265,64 @@ typedef struct {
  * returns ROPE_E_POSITION. */
 ROPE_API int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
                          const rope_angles *angles);
+
+/* ---- staged calls: a norm before the rotation, a cache slot after it ------ */
+
+/* What happens to one tensor of rope_rotate_staged around its rotation. */
+enum {
+    ROPE_NORM_NONE = 0,    /* no norm */
+    ROPE_NORM_HEAD = 1,    /* RMSNorm of each head (head_dim elements) */
+    ROPE_NORM_TOKEN = 2    /* RMSNorm across all heads of a token (n_heads * head_dim) */
+};
+
+/* One tensor's stage:
+ *   - rotate: 1 rotates (after the norm, if any); 0 copies x to out
+ *     unchanged (values in a cache write: never normalised nor rotated).
+ *   - norm, norm_weight, norm_eps (rotate only): y = x * (inv * w) with
+ *     inv = 1 / sqrt(mean(x^2) + eps) over the norm's group, computed in
+ *     double (the sum of squares over 8 lanes in a fixed order: the scalar
+ *     kernels in scalar/stage.c are the specification), rounded once to the
+ *     arithmetic type, then rotated as rope_rotate rotates; every coordinate
+ *     is normalised, the rotary ones are rotated too. norm_weight: NULL (w =
+ *     1), [head_dim] doubles (ROPE_NORM_HEAD, shared by every head) or
+ *     [n_heads * head_dim] (ROPE_NORM_TOKEN); eps finite and > 0.
+ *   - out_dtype: the storage type of out, -1 for the op's. Another type is
+ *     written from the arithmetic value, rounded once: float32, float16 and
+ *     bfloat16 data go to any storage type, float64 data to float64 or
+ *     float32 (else ROPE_E_STAGE).
+ *   - slots: NULL, out is addressed as in rope_tensor. Else out is a cache
+ *     of n_slots slots in blocks of block_size: token (b, s) goes to slot
+ *     k = slots[b*slot_strides[0] + s*slot_strides[1]], head h at
+ *     out + (k / block_size)*out_strides[0] + (k % block_size)*out_strides[1]
+ *     + h*out_strides[2] (a [blocks, block_size, heads, dim] cache or a
+ *     [blocks, heads, block_size, dim] one, by the strides); k == -1 skips
+ *     the token; every other k must satisfy 0 <= k < n_slots, checked before
+ *     anything is written (ROPE_E_SLOT). out is never x. Two tokens with one
+ *     slot leave either's values there (the caller refuses them).
+ * A stage with norm or another out type needs head_dim <= ROPE_MAX_STAGE_DIM. */
+typedef struct {
+    int rotate;
+    int norm;
+    const double *norm_weight;
+    double norm_eps;
+    int out_dtype;
+    const int64_t *slots;
+    int64_t slot_strides[2];
+    int64_t n_slots;
+    int64_t block_size;
+} rope_stage;
+
+/* rope_rotate with a stage per tensor (stages == NULL: rope_rotate itself):
+ * e.g. q normalised and rotated in place, k normalised, rotated and written
+ * to its cache slots, v copied to its slots, in one pass over the tokens.
+ * The same checks and aliasing rules as rope_rotate; besides, what the
+ * call reads while it writes (the stages, their weights and slots) must
+ * share no byte with the span of any out, a slotted out's span being its
+ * whole cache. Each slot is read again where it is used, into a local that
+ * is checked; one changed during the call leaves its token unwritten and
+ * the call returns ROPE_E_SLOT. */
+ROPE_API int rope_rotate_staged(const rope_op *op, const rope_tensor *tensors, const rope_stage *stages,
+                                int n_tensors, const rope_angles *angles);
 
 /* ---- the bandwidth yardstick ------------------------------------------- */
 

@@ -170,6 +170,8 @@ const char *rope_strerror(int status)
                                 "or the positions, tables, frequencies or descriptors)";
     case ROPE_E_ALIGN: return "a pointer is not aligned to its element type";
     case ROPE_E_SOURCE: return "the position source or its pair-to-component map is invalid";
+    case ROPE_E_SLOT: return "a cache slot lies outside the cache";
+    case ROPE_E_STAGE: return "a stage is invalid (kind, norm, eps or type conversion)";
     default: return "unknown status";
     }
 }

@@ -44,6 +44,17 @@ typedef void (*rope_table_f32_fn)(ROPE_TABLE_PARAMS);
         double *cos_out, double *sin_out
 typedef void (*rope_table_f64_fn)(ROPE_TABLE_F64_PARAMS);
 
+/* The stages of rope_rotate_staged (scalar/stage.c is their specification).
+ * sumsq: acc[i mod 8] += x[i]^2 for i in 0..n-1, in increasing i, x widened
+ * to double, the square rounded to double before the add (no fusion).
+ * normalise: out[i] = (A)(x[i] * (inv * w[i])) in double, rounded once to
+ * the arithmetic type A (w NULL: w[i] = 1). widen: out[i] = x[i] in A,
+ * exactly. narrow: out[i] = in[i] rounded once to the storage type; in is
+ * float (narrow_float) or double (narrow_double, to float32 and float64). */
+typedef void (*rope_sumsq_fn)(const void *x, int64_t n, double acc[8]);
+typedef void (*rope_normalise_fn)(const void *x, int64_t n, double inv, const double *w, void *out);
+typedef void (*rope_convert_fn)(const void *in, int64_t n, void *out);
+
 /* The yardstick's pass over bytes p[0..n): XOR with mask (repeated,
  * little-endian, byte i takes mask byte i mod 4). */
 typedef void (*rope_pass_fn)(unsigned char *p, int64_t n, uint32_t mask);
@@ -54,6 +65,11 @@ typedef struct {
     rope_table_f32_fn table_f32;
     rope_table_f64_fn table_f64;
     rope_pass_fn pass;
+    rope_sumsq_fn sumsq[ROPE_N_DTYPES];
+    rope_normalise_fn normalise[ROPE_N_DTYPES];
+    rope_convert_fn widen[ROPE_N_DTYPES];
+    rope_convert_fn narrow_float[ROPE_N_DTYPES];
+    rope_convert_fn narrow_double[ROPE_N_DTYPES];  /* NULL where not offered */
 } rope_kernels;
 
 /* One entry of the instruction-set registry (dispatch.c's REGISTRY, which

@@ -13,6 +13,16 @@
     void rope_rot_il_##sfx##_scalar(ROPE_ROT_PARAMS);                          \
     void rope_rot_sh_##sfx##_scalar(ROPE_ROT_PARAMS);
 ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
+/* The stage kernels (stage.c), per storage type. */
+#define ROPE_DECLARE_SCALAR_STAGE_(code, sfx, T, A, name)                       \
+    void rope_sumsq_##sfx##_scalar(const void *x, int64_t n, double acc[8]);   \
+    void rope_normalise_##sfx##_scalar(const void *x, int64_t n, double inv,   \
+                                       const double *w, void *out);            \
+    void rope_widen_##sfx##_scalar(const void *x, int64_t n, void *out);       \
+    void rope_narrow_float_##sfx##_scalar(const void *in, int64_t n, void *out);
+ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_STAGE_)
+void rope_narrow_double_f32_scalar(const void *in, int64_t n, void *out);
+void rope_narrow_double_f64_scalar(const void *in, int64_t n, void *out);
 void rope_table_f32_scalar(ROPE_TABLE_PARAMS);
 void rope_table_f64_scalar(ROPE_TABLE_F64_PARAMS);
 

@@ -26,6 +26,7 @@ MAX_SCALE = lib.ROPE_MAX_SCALE
 MAX_OTF_HALF = lib.ROPE_MAX_OTF_HALF      # largest rotary_dim/2 computed on the fly
 MAX_THREADS = lib.ROPE_MAX_THREADS        # most threads one call uses
 MAX_COMPONENTS = lib.ROPE_MAX_COMPONENTS  # most components of a sectioned position
+MAX_STAGE_DIM = lib.ROPE_MAX_STAGE_DIM    # largest head_dim of a normalised or converted staged call
 
 LAYOUTS = {"interleaved": lib.ROPE_INTERLEAVED, "split_half": lib.ROPE_SPLIT_HALF}
 POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,

@@ -75,7 +75,7 @@ def _header_limits():
 PYTHON_NAMES = {"ROPE_MAX_POSITION": "MAX_POSITION", "ROPE_MAX_INV_FREQ": "MAX_INV_FREQ",
                 "ROPE_MIN_SCALE": "MIN_SCALE", "ROPE_MAX_SCALE": "MAX_SCALE",
                 "ROPE_MAX_OTF_HALF": "MAX_OTF_HALF", "ROPE_MAX_THREADS": "MAX_THREADS",
-                "ROPE_MAX_COMPONENTS": "MAX_COMPONENTS"}
+                "ROPE_MAX_COMPONENTS": "MAX_COMPONENTS", "ROPE_MAX_STAGE_DIM": "MAX_STAGE_DIM"}
 
 
 def test_every_header_limit_is_read_by_python():

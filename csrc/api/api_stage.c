@@ -1,0 +1,367 @@
+/* rope_rotate_staged: rope_rotate with a stage per tensor -- a norm before
+ * the rotation, a copy instead of it (values), another storage type or a
+ * cache slot as the destination -- in one pass over the tokens.
+ *
+ * Everything is checked before anything is written: the op, each tensor and
+ * stage, every slot, every position; the outputs' spans (a slotted output's
+ * whole cache) against what the call reads while it writes. A head that is
+ * normalised or converted passes through a scratch row of its arithmetic
+ * type (float or double): normalised (or widened) into it, rotated there by
+ * the rotation kernel of that type, then stored to its destination's type,
+ * rounded once. Widening is exact, so this equals one fused kernel that
+ * computes in the arithmetic type and rounds once on store. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/angles.h"
+#include "core/checks.h"
+#include "core/threads.h"
+
+/* The cache blocks a slotted output spans: ceil(n_slots / block_size). */
+static int64_t n_blocks(const rope_stage *st)
+{
+    return st->n_slots == 0 ? 0 : (st->n_slots - 1) / st->block_size + 1;
+}
+
+/* The byte span [lo, hi) of tensor t's output, or 0 when it overflows. */
+static int out_span(const rope_op *op, const rope_tensor *t, const rope_stage *st, int64_t oelem,
+                    uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t elo, ehi;
+    if (st->slots) {
+        const int64_t count[3] = {n_blocks(st), st->block_size, t->n_heads};
+        if (!rope_reach(count, t->out_strides, 3, op->head_dim, &elo, &ehi))
+            return 0;
+    } else {
+        const int64_t count[3] = {op->n_batch, op->n_seq, t->n_heads};
+        if (!rope_reach(count, t->out_strides, 3, op->head_dim, &elo, &ehi))
+            return 0;
+    }
+    return rope_bytes(t->out, elo, ehi, oelem, lo, hi);
+}
+
+/* How many weights a stage's norm reads (-1: more than int64 counts). */
+static int64_t head_dim_weights(const rope_op *op, const rope_tensor *t, const rope_stage *st)
+{
+    int64_t n;
+    if (st->norm != ROPE_NORM_TOKEN)
+        return op->head_dim;
+    return __builtin_mul_overflow(t->n_heads, op->head_dim, &n) ? -1 : n;
+}
+
+/* Check one tensor and its stage (already copied) against the op. */
+static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stage *st)
+{
+    if (st->rotate != 0 && st->rotate != 1)
+        return ROPE_E_STAGE;
+    if (st->norm != ROPE_NORM_NONE && st->norm != ROPE_NORM_HEAD && st->norm != ROPE_NORM_TOKEN)
+        return ROPE_E_STAGE;
+    if (st->norm != ROPE_NORM_NONE && (!st->rotate || !isfinite(st->norm_eps) || !(st->norm_eps > 0)))
+        return ROPE_E_STAGE;
+    const int wide = ROPE_WIDE_ROWS[op->dtype];
+    const int out_dtype = st->out_dtype == -1 ? op->dtype : st->out_dtype;
+    if (out_dtype < 0 || out_dtype >= ROPE_N_DTYPES)
+        return ROPE_E_DTYPE;
+    if (wide && out_dtype != ROPE_F64 && out_dtype != ROPE_F32)
+        return ROPE_E_STAGE;
+    if (t->n_heads < 0)
+        return ROPE_E_COUNT;
+    if ((st->norm != ROPE_NORM_NONE || out_dtype != op->dtype) && op->head_dim > ROPE_MAX_STAGE_DIM)
+        return ROPE_E_DIM;
+    if (t->n_heads == 0)
+        return ROPE_OK;
+    if (!t->x || !t->out)
+        return ROPE_E_NULL;
+    const int64_t xelem = ROPE_ELEM_SIZE[op->dtype], oelem = ROPE_ELEM_SIZE[out_dtype];
+    int64_t lo, hi;
+    const int64_t tokens[3] = {op->n_batch, op->n_seq, t->n_heads};
+    if (!rope_reach(tokens, t->x_strides, 3, op->head_dim, &lo, &hi))
+        return ROPE_E_OVERFLOW;
+    if (st->slots) {
+        if (st->n_slots < 0 || st->block_size < 1)
+            return ROPE_E_COUNT;
+        const int64_t n2[2] = {op->n_batch, op->n_seq};
+        uintptr_t slo, shi;
+        if (!rope_reach(n2, st->slot_strides, 2, 1, &lo, &hi) ||
+            !rope_bytes(st->slots, lo, hi, sizeof(int64_t), &slo, &shi))
+            return ROPE_E_OVERFLOW;
+        if (!rope_aligned(st->slots, sizeof(int64_t)))
+            return ROPE_E_ALIGN;
+        if ((const void *)t->out == t->x)
+            return ROPE_E_OVERLAP;
+    }
+    uintptr_t blo, bhi;
+    if (!out_span(op, t, st, oelem, &blo, &bhi))
+        return ROPE_E_OVERFLOW;
+    if (!rope_aligned(t->x, (size_t)xelem) || !rope_aligned(t->out, (size_t)oelem))
+        return ROPE_E_ALIGN;
+    if ((const void *)t->out == t->x &&
+        (out_dtype != op->dtype || memcmp(t->x_strides, t->out_strides, sizeof t->x_strides)))
+        return ROPE_E_OVERLAP;
+    if (st->norm != ROPE_NORM_NONE && st->norm_weight) {
+        int64_t n = head_dim_weights(op, t, st);
+        if (n < 0 || !rope_bytes(st->norm_weight, 0, n, sizeof(double), &blo, &bhi))
+            return ROPE_E_OVERFLOW;
+        if (!rope_aligned(st->norm_weight, sizeof(double)))
+            return ROPE_E_ALIGN;
+    }
+    return ROPE_OK;
+}
+
+/* Every slot of a slotted stage is -1 or within the cache. */
+static int slots_ok(const rope_op *op, const rope_stage *st)
+{
+    for (int64_t b = 0; b < op->n_batch; b++)
+        for (int64_t s = 0; s < op->n_seq; s++) {
+            const int64_t k = st->slots[b * st->slot_strides[0] + s * st->slot_strides[1]];
+            if (k != -1 && (k < 0 || k >= st->n_slots))
+                return 0;
+        }
+    return 1;
+}
+
+/* Does any output meet what the call reads while it writes: the angles'
+ * positions and rows, each stage's weights and slots? */
+static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_stage *st, int n_tensors,
+                         const rope_angles *a, int64_t half, int wide)
+{
+    uintptr_t lo[3], hi[3];
+    const int n = rope_angles_reads(a, op->n_batch, op->n_seq, half, wide, lo, hi);
+    if (n < 0)
+        return ROPE_E_OVERFLOW;
+    for (int k = 0; k < n_tensors; k++) {
+        if (t[k].n_heads == 0)
+            continue;
+        const int out_dtype = st[k].out_dtype == -1 ? op->dtype : st[k].out_dtype;
+        uintptr_t olo, ohi;
+        if (!out_span(op, &t[k], &st[k], ROPE_ELEM_SIZE[out_dtype], &olo, &ohi))
+            return ROPE_E_OVERFLOW;
+        for (int i = 0; i < n; i++)
+            if (rope_ranges_meet(olo, ohi, lo[i], hi[i]))
+                return ROPE_E_OVERLAP;
+        for (int r = 0; r < n_tensors; r++) {
+            if (t[r].n_heads == 0)
+                continue;
+            uintptr_t rlo, rhi;
+            int64_t elo, ehi;
+            if (st[r].norm_weight && st[r].norm != ROPE_NORM_NONE) {
+                if (!rope_bytes(st[r].norm_weight, 0, head_dim_weights(op, &t[r], &st[r]), sizeof(double), &rlo,
+                                &rhi))
+                    return ROPE_E_OVERFLOW;
+                if (rope_ranges_meet(olo, ohi, rlo, rhi))
+                    return ROPE_E_OVERLAP;
+            }
+            if (st[r].slots) {
+                const int64_t n2[2] = {op->n_batch, op->n_seq};
+                if (!rope_reach(n2, st[r].slot_strides, 2, 1, &elo, &ehi) ||
+                    !rope_bytes(st[r].slots, elo, ehi, sizeof(int64_t), &rlo, &rhi))
+                    return ROPE_E_OVERFLOW;
+                if (rope_ranges_meet(olo, ohi, rlo, rhi))
+                    return ROPE_E_OVERLAP;
+            }
+        }
+    }
+    return ROPE_OK;
+}
+
+/* 1 / sqrt(mean + eps) of the 8 lanes' sum over n elements. */
+static double inverse_rms(const double acc[8], int64_t n, double eps)
+{
+    const double l0 = acc[0] + acc[4], l1 = acc[1] + acc[5], l2 = acc[2] + acc[6], l3 = acc[3] + acc[7];
+    const double sum = (l0 + l2) + (l1 + l3);
+    return 1.0 / sqrt(sum / (double)n + eps);
+}
+
+typedef struct {
+    const rope_op *op;
+    const rope_tensor *t;
+    const rope_stage *st;
+    int n_tensors;
+    const rope_angles *angles;
+    const rope_kernels *kern;
+    rope_row_maker make;
+    int64_t half, elem;
+    atomic_int *missed, *slot_missed;
+} job;
+
+/* One tensor's heads of one token through its stage: from xv to ov. */
+static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const char *xv, char *ov,
+                        const void *c, const void *sn, void *row)
+{
+    const rope_op *op = j->op;
+    const rope_kernels *kern = j->kern;
+    const int64_t head_dim = op->head_dim, half = j->half, elem = j->elem;
+    const int out_dtype = st->out_dtype == -1 ? op->dtype : st->out_dtype;
+    const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
+    const int inverse = op->inverse != 0;
+    if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype) {
+        if (st->rotate) {
+            j->kern->rot[op->dtype][op->layout](xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn,
+                                                 half, inverse);
+            const size_t tail = (size_t)((head_dim - op->rotary_dim) * elem);
+            if (tail && (const char *)ov != xv)
+                for (int64_t h = 0; h < t->n_heads; h++)
+                    memcpy(ov + (h * t->out_strides[2] + op->rotary_dim) * elem,
+                           xv + (h * t->x_strides[2] + op->rotary_dim) * elem, tail);
+        } else if ((const char *)ov != xv) {
+            for (int64_t h = 0; h < t->n_heads; h++)
+                memcpy(ov + h * t->out_strides[2] * elem, xv + h * t->x_strides[2] * elem,
+                       (size_t)(head_dim * elem));
+        }
+        return;
+    }
+    const int wide = ROPE_WIDE_ROWS[op->dtype];
+    const rope_rot_fn rot = kern->rot[wide ? ROPE_F64 : ROPE_F32][op->layout];
+    const rope_convert_fn narrow = wide ? kern->narrow_double[out_dtype] : kern->narrow_float[out_dtype];
+    double inv = 1.0;
+    if (st->norm == ROPE_NORM_TOKEN) {
+        double acc[8] = {0};
+        for (int64_t h = 0; h < t->n_heads; h++)
+            kern->sumsq[op->dtype](xv + h * t->x_strides[2] * elem, head_dim, acc);
+        inv = inverse_rms(acc, t->n_heads * head_dim, st->norm_eps);
+    }
+    for (int64_t h = 0; h < t->n_heads; h++) {
+        const char *xh = xv + h * t->x_strides[2] * elem;
+        if (st->norm == ROPE_NORM_HEAD) {
+            double acc[8] = {0};
+            kern->sumsq[op->dtype](xh, head_dim, acc);
+            inv = inverse_rms(acc, head_dim, st->norm_eps);
+        }
+        if (st->norm != ROPE_NORM_NONE) {
+            const double *w = st->norm_weight;
+            if (w && st->norm == ROPE_NORM_TOKEN)
+                w += h * head_dim;
+            kern->normalise[op->dtype](xh, head_dim, inv, w, row);
+        } else {
+            kern->widen[op->dtype](xh, head_dim, row);
+        }
+        if (st->rotate)
+            rot(row, row, 0, 0, 1, c, sn, half, inverse);
+        narrow(row, head_dim, ov + h * t->out_strides[2] * oelem);
+    }
+}
+
+/* Tokens [begin, end) (token = b * n_seq + s) of every tensor. */
+static void staged_range(void *ctx, int64_t begin, int64_t end)
+{
+    const job *j = (const job *)ctx;
+    const rope_angles angles = *j->angles;
+    const int64_t half = j->half, elem = j->elem, n_seq = j->op->n_seq;
+    double scratch[ROPE_ROW_SCRATCH];
+    _Alignas(64) double row[ROPE_MAX_STAGE_DIM];
+    int64_t b = begin / n_seq, s = begin % n_seq - 1;
+    for (int64_t tok = begin; tok < end; tok++) {
+        if (++s == n_seq) {
+            s = 0;
+            b++;
+        }
+        const void *c, *sn;
+        if (!rope_token_row(&angles, j->make, half, b, s, scratch, &c, &sn)) {
+            atomic_store_explicit(j->missed, 1, memory_order_relaxed);
+            continue;
+        }
+        for (int k = 0; k < j->n_tensors; k++) {
+            const rope_tensor *t = &j->t[k];
+            const rope_stage *st = &j->st[k];
+            if (t->n_heads == 0)
+                continue;
+            const int out_dtype = st->out_dtype == -1 ? j->op->dtype : st->out_dtype;
+            const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
+            const char *xv = (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
+            char *ov;
+            if (st->slots) {
+                /* read once into a local, checked before it makes an address */
+                const int64_t slot = *(const volatile int64_t *)&st->slots[b * st->slot_strides[0] +
+                                                                           s * st->slot_strides[1]];
+                if (slot == -1)
+                    continue;
+                if (slot < 0 || slot >= st->n_slots) {
+                    atomic_store_explicit(j->slot_missed, 1, memory_order_relaxed);
+                    continue;
+                }
+                ov = (char *)t->out + ((slot / st->block_size) * t->out_strides[0] +
+                                       (slot % st->block_size) * t->out_strides[1]) * oelem;
+            } else {
+                ov = (char *)t->out + (b * t->out_strides[0] + s * t->out_strides[1]) * oelem;
+            }
+            stage_token(j, t, st, xv, ov, c, sn, row);
+        }
+    }
+}
+
+/* The most tensors one staged call takes (q, k and v are three): their
+ * descriptors and stages are copied before anything is written. */
+#define MAX_STAGED_TENSORS 64
+
+int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, const rope_stage *given_st,
+                       int n_tensors, const rope_angles *angles)
+{
+    if (!given_st)
+        return rope_rotate(given_op, given_t, n_tensors, angles);
+    if (!given_op)
+        return ROPE_E_NULL;
+    const rope_op o = *given_op, *op = &o;
+    if (op->dtype < 0 || op->dtype >= ROPE_N_DTYPES)
+        return ROPE_E_DTYPE;
+    if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
+        return ROPE_E_LAYOUT;
+    if (op->head_dim <= 0 || op->rotary_dim <= 0 || op->rotary_dim > op->head_dim ||
+        (op->rotary_dim & 1) || (op->head_dim & 1))
+        return ROPE_E_DIM;
+    if (op->n_batch < 0 || op->n_seq < 0 || n_tensors < 0 || n_tensors > MAX_STAGED_TENSORS)
+        return ROPE_E_COUNT;
+    if (n_tensors > 0 && !given_t)
+        return ROPE_E_NULL;
+    rope_tensor t[MAX_STAGED_TENSORS];
+    rope_stage st[MAX_STAGED_TENSORS];
+    memcpy(t, given_t, (size_t)n_tensors * sizeof *t);
+    memcpy(st, given_st, (size_t)n_tensors * sizeof *st);
+    int64_t heads_total = 0;
+    for (int k = 0; k < n_tensors; k++) {
+        const int status = check_staged(op, &t[k], &st[k]);
+        if (status != ROPE_OK)
+            return status;
+        if (__builtin_add_overflow(heads_total, t[k].n_heads, &heads_total))
+            return ROPE_E_OVERFLOW;
+    }
+    int64_t n_tokens;
+    if (__builtin_mul_overflow(op->n_batch, op->n_seq, &n_tokens))
+        return ROPE_E_OVERFLOW;
+    if (n_tokens == 0 || heads_total == 0)
+        return ROPE_OK;
+    const int64_t half = op->rotary_dim / 2;
+    const int wide = ROPE_WIDE_ROWS[op->dtype];
+    rope_angles a;
+    uint8_t map[ROPE_MAX_OTF_HALF];
+    int status = rope_angles_take(angles, &a, map, op->n_batch, op->n_seq, half, wide);
+    if (status != ROPE_OK)
+        return status;
+    for (int k = 0; k < n_tensors; k++)
+        if (t[k].n_heads > 0 && st[k].slots && !slots_ok(op, &st[k]))
+            return ROPE_E_SLOT;
+    status = outputs_apart(op, t, st, n_tensors, &a, half, wide);
+    if (status != ROPE_OK)
+        return status;
+
+    const rope_kernels *kern = rope_active_kernels();
+    atomic_int missed = 0, slot_missed = 0;
+    const job j = {op, t, st, n_tensors, &a, kern, {kern->table_f32, kern->table_f64, wide}, half,
+                   ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed};
+    int64_t per_token = 0; /* bytes read and written per token, saturating */
+    for (int k = 0; k < n_tensors; k++) {
+        const int out_dtype = st[k].out_dtype == -1 ? op->dtype : st[k].out_dtype;
+        int64_t bytes;
+        if (__builtin_mul_overflow(t[k].n_heads, op->head_dim, &bytes) ||
+            __builtin_mul_overflow(bytes, ROPE_ELEM_SIZE[op->dtype] + ROPE_ELEM_SIZE[out_dtype], &bytes) ||
+            __builtin_add_overflow(per_token, bytes, &per_token))
+            per_token = INT64_MAX;
+    }
+    int64_t bytes;
+    if (__builtin_mul_overflow(n_tokens, per_token, &bytes))
+        bytes = INT64_MAX;
+    rope_parallel_for(staged_range, (void *)&j, n_tokens, bytes, op->n_threads);
+    if (atomic_load(&missed))
+        return ROPE_E_POSITION;
+    return atomic_load(&slot_missed) ? ROPE_E_SLOT : ROPE_OK;
+}
