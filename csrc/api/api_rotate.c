@@ -142,14 +142,10 @@ int rope_rotate(const rope_op *given_op, const rope_tensor *tensors, int n_tenso
      * threads read this copy, the angles' copy and the tensors, which
      * outputs_apart keeps out of every output. */
     const rope_op o = *given_op, *op = &o;
-    if (op->dtype < 0 || op->dtype >= ROPE_N_DTYPES)
-        return ROPE_E_DTYPE;
-    if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
-        return ROPE_E_LAYOUT;
-    if (op->head_dim <= 0 || op->rotary_dim <= 0 || op->rotary_dim > op->head_dim ||
-        (op->rotary_dim & 1) || (op->head_dim & 1))
-        return ROPE_E_DIM;
-    if (op->n_batch < 0 || op->n_seq < 0 || n_tensors < 0)
+    const int op_status = rope_check_op(op);
+    if (op_status != ROPE_OK)
+        return op_status;
+    if (n_tensors < 0)
         return ROPE_E_COUNT;
     if (n_tensors > 0 && !tensors)
         return ROPE_E_NULL;

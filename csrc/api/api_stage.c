@@ -60,7 +60,7 @@ static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stag
     if (st->norm != ROPE_NORM_NONE && (!st->rotate || !isfinite(st->norm_eps) || !(st->norm_eps > 0)))
         return ROPE_E_STAGE;
     const int wide = ROPE_WIDE_ROWS[op->dtype];
-    const int out_dtype = st->out_dtype == -1 ? op->dtype : st->out_dtype;
+    const int out_dtype = st->out_dtype;   /* -1 already replaced by the op's */
     if (out_dtype < 0 || out_dtype >= ROPE_N_DTYPES)
         return ROPE_E_DTYPE;
     if (wide && out_dtype != ROPE_F64 && out_dtype != ROPE_F32)
@@ -133,9 +133,8 @@ static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_sta
     for (int k = 0; k < n_tensors; k++) {
         if (t[k].n_heads == 0)
             continue;
-        const int out_dtype = st[k].out_dtype == -1 ? op->dtype : st[k].out_dtype;
         uintptr_t olo, ohi;
-        if (!out_span(op, &t[k], &st[k], ROPE_ELEM_SIZE[out_dtype], &olo, &ohi))
+        if (!out_span(op, &t[k], &st[k], ROPE_ELEM_SIZE[st[k].out_dtype], &olo, &ohi))
             return ROPE_E_OVERFLOW;
         for (int i = 0; i < n; i++)
             if (rope_ranges_meet(olo, ohi, lo[i], hi[i]))
@@ -192,7 +191,7 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const rope_op *op = j->op;
     const rope_kernels *kern = j->kern;
     const int64_t head_dim = op->head_dim, half = j->half, elem = j->elem;
-    const int out_dtype = st->out_dtype == -1 ? op->dtype : st->out_dtype;
+    const int out_dtype = st->out_dtype;
     const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
     const int inverse = op->inverse != 0;
     if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype) {
@@ -266,8 +265,7 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
             const rope_stage *st = &j->st[k];
             if (t->n_heads == 0)
                 continue;
-            const int out_dtype = st->out_dtype == -1 ? j->op->dtype : st->out_dtype;
-            const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
+            const int64_t oelem = ROPE_ELEM_SIZE[st->out_dtype];
             const char *xv = (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
             char *ov;
             if (st->slots) {
@@ -302,14 +300,10 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
     if (!given_op)
         return ROPE_E_NULL;
     const rope_op o = *given_op, *op = &o;
-    if (op->dtype < 0 || op->dtype >= ROPE_N_DTYPES)
-        return ROPE_E_DTYPE;
-    if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
-        return ROPE_E_LAYOUT;
-    if (op->head_dim <= 0 || op->rotary_dim <= 0 || op->rotary_dim > op->head_dim ||
-        (op->rotary_dim & 1) || (op->head_dim & 1))
-        return ROPE_E_DIM;
-    if (op->n_batch < 0 || op->n_seq < 0 || n_tensors < 0 || n_tensors > MAX_STAGED_TENSORS)
+    const int op_status = rope_check_op(op);
+    if (op_status != ROPE_OK)
+        return op_status;
+    if (n_tensors < 0 || n_tensors > MAX_STAGED_TENSORS)
         return ROPE_E_COUNT;
     if (n_tensors > 0 && !given_t)
         return ROPE_E_NULL;
@@ -317,6 +311,9 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
     rope_stage st[MAX_STAGED_TENSORS];
     memcpy(t, given_t, (size_t)n_tensors * sizeof *t);
     memcpy(st, given_st, (size_t)n_tensors * sizeof *st);
+    for (int k = 0; k < n_tensors; k++)   /* the op's storage type, once, for every use below */
+        if (st[k].out_dtype == -1)
+            st[k].out_dtype = op->dtype;
     int64_t heads_total = 0;
     for (int k = 0; k < n_tensors; k++) {
         const int status = check_staged(op, &t[k], &st[k]);
@@ -350,7 +347,7 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
                    ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed};
     int64_t per_token = 0; /* bytes read and written per token, saturating */
     for (int k = 0; k < n_tensors; k++) {
-        const int out_dtype = st[k].out_dtype == -1 ? op->dtype : st[k].out_dtype;
+        const int out_dtype = st[k].out_dtype;
         int64_t bytes;
         if (__builtin_mul_overflow(t[k].n_heads, op->head_dim, &bytes) ||
             __builtin_mul_overflow(bytes, ROPE_ELEM_SIZE[op->dtype] + ROPE_ELEM_SIZE[out_dtype], &bytes) ||

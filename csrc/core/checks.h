@@ -82,6 +82,22 @@ static inline int rope_bytes(const void *p, int64_t elo, int64_t ehi, int64_t es
     return 1;
 }
 
+/* The fields of a rope_op every rotation checks first: storage type, layout,
+ * dims, counts. Returns ROPE_OK or the status to return. */
+static inline int rope_check_op(const rope_op *op)
+{
+    if (op->dtype < 0 || op->dtype >= ROPE_N_DTYPES)
+        return ROPE_E_DTYPE;
+    if (op->layout != ROPE_INTERLEAVED && op->layout != ROPE_SPLIT_HALF)
+        return ROPE_E_LAYOUT;
+    if (op->head_dim <= 0 || op->rotary_dim <= 0 || op->rotary_dim > op->head_dim ||
+        (op->rotary_dim & 1) || (op->head_dim & 1))
+        return ROPE_E_DIM;
+    if (op->n_batch < 0 || op->n_seq < 0)
+        return ROPE_E_COUNT;
+    return ROPE_OK;
+}
+
 /* Do byte ranges [alo, ahi) and [blo, bhi) share a byte? (Empty ones never do.) */
 static inline int rope_ranges_meet(uintptr_t alo, uintptr_t ahi, uintptr_t blo, uintptr_t bhi)
 {

@@ -199,7 +199,7 @@ class Edge:
         for i in self._inputs:
             args[i] = bridge.view(names[i], args[i], self._data)
         if self._out is not None and any(o is not None for o in outs):
-            views = tuple(bridge.view(n, o, self._data) for n, o in zip(self._out_names(), outs))
+            views = tuple(bridge.view(n, o, self._data) for n, o in zip(self._out_labels, outs))
             args[self._out] = views if self._pair else views[0]
             if not self._examples:
                 for o in outs:
@@ -295,13 +295,10 @@ class Edge:
             raise TypeError(f"{self._names[self._out]} must be None or a pair ({ins}), got {type(out).__name__}")
         return list(out)
 
-    def _out_names(self):
-        return self._out_labels
-
     def _differentiate(self, fn, args, originals, outs):
         names, inputs, out = self._names, self._inputs, self._out
         if self._adjoint is None:
-            name = next(n for n, v in zip([names[i] for i in inputs] + list(self._out_names() if outs else ()),
+            name = next(n for n, v in zip([names[i] for i in inputs] + list(self._out_labels if outs else ()),
                                           originals + outs) if getattr(v, "requires_grad", False))
             raise ValueError(f"{self.where} is not differentiable, and {name} requires grad: call it under "
                              f"torch.no_grad() or pass {name}.detach()")
@@ -328,7 +325,7 @@ class Edge:
         else:
             backward = self._adjoint(dict(zip(names, args)))
         return _autograd().rotation(run, backward, tuple(names[i] for i in inputs), tuple(originals),
-                                    self._out_names(), tuple(outs))
+                                    self._out_labels, tuple(outs))
 
 
 def entry(*, inputs, out=None, positions=(), written=(), adjoint=None, like=None, native=False, data=True,

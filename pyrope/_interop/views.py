@@ -40,17 +40,6 @@ def is_foreign(obj):
     return not isinstance(obj, _ndarray) and hasattr(type(obj), "__dlpack__")
 
 
-def any_foreign(*objs):
-    """Is one of ``objs``, or an item of a tuple or list among them, foreign?"""
-    for obj in objs:
-        if type(obj) is tuple or type(obj) is list:
-            if any(map(is_foreign, obj)):
-                return True
-        elif is_foreign(obj):
-            return True
-    return False
-
-
 def torch_of(obj):
     """The torch module when ``obj`` is a torch tensor, else None (torch is
     looked up, never imported: a tensor exists only if its caller imported it)."""
