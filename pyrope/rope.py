@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import numpy as np
 
-from ._engine import binding as _binding, tables as _engine_tables, plan as _plan
+from ._engine import binding as _binding, tables as _engine_tables, paged as _paged, plan as _plan
 from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
                              out_pair, positions_array, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
@@ -21,6 +21,7 @@ from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract, sections_from_contract
 from .errors import RopeError, TypeError, ValueError
+from .norm import as_norm
 from ._engine.sections import is_sectioned, pair_components
 from ._engine.table_cache import TableCache
 from .scaling import resolve
@@ -377,7 +378,7 @@ class Rope:
     # ---- rotation ----------------------------------------------------------
 
     def apply(self, x, positions=None, *, offset=0, seq_axis=-3, out=None, inverse=False,
-              angles="auto"):
+              angles="auto", norm=None):
         """Rotate query or key vectors by their positions.
 
         - ``x``: ndarray ``[*batch, seq, heads, head_dim]`` (``seq_axis=-3``,
@@ -406,6 +407,12 @@ class Rope:
           ``"table"`` always uses rows from a table (cached, or built for this
           call); ``"on_the_fly"`` never builds or reads a table. All three give
           bit-identical results.
+        - ``norm``: a :class:`pyrope.RMSNorm` applied to each head (or each
+          token's heads) before the rotation, in the same pass (QK-norm:
+          Qwen3, Gemma 3, OLMo 2). Every coordinate is normalised, the
+          rotary ones are then rotated; computed in float64, rounded once to
+          float32 (float64 for float64 data) before the rotation
+          (``pyrope.norm``). Not differentiable.
 
         Returns the rotated array (``out`` when given). Coordinates past
         ``rotary_dim`` are copied unchanged. Large calls run on up to
@@ -431,7 +438,7 @@ class Rope:
         # The direct path (see "the direct path" below): a memo hit, then the
         # launcher. -3.0 == -3, so only an int seq_axis may look a plan up.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(x) is _ndarray
-                and type(offset) is int and type(seq_axis) is int
+                and type(offset) is int and type(seq_axis) is int and norm is None
                 and (positions is None or type(positions) is _ndarray)):   # tensors cross the edge first
             if out is x:
                 mark = None
@@ -451,21 +458,24 @@ class Rope:
                     rows = self._rows_for(np.float64).window if call.wide else self._tables.window
                     if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
                         return result
-        return _general(self, x, positions, offset, seq_axis, out, inverse, angles)
+        return _general(self, x, positions, offset, seq_axis, out, inverse, angles, norm)
 
-    def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto"):
+    def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto", q_norm=None,
+                 k_norm=None):
         """Rotate queries and keys at the same positions; returns ``(q_rot, k_rot)``.
 
         ``q`` and ``k`` share dtype, batch and sequence shape and may differ in
         head count (grouped-query attention). ``out`` is ``None`` or a pair
         ``(q_out, k_out)``; ``out=(q, k)`` rotates both in place. One pass:
         each token's cos/sin row is read once for both. Values are never
-        rotated: pass only q and k. See :meth:`apply` for the rest, torch
-        tensors and autograd included.
+        rotated: pass only q and k. ``q_norm``, ``k_norm``: a
+        :class:`pyrope.RMSNorm` each, or None, applied before the rotation in
+        the same pass (see ``norm`` in :meth:`apply`). See :meth:`apply` for
+        the rest, torch tensors and autograd included.
         """
         # The direct path, as in apply.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(q) is _ndarray
-                and type(k) is _ndarray and type(offset) is int
+                and type(k) is _ndarray and type(offset) is int and q_norm is None and k_norm is None
                 and type(seq_axis) is int and k.dtype is q.dtype
                 and (positions is None or type(positions) is _ndarray)):
             if out is None:
@@ -488,7 +498,7 @@ class Rope:
                     if rows is not None and call.launch((q, k), results, rows.angles, positions, offset,
                                                         "Rope.apply_qk"):
                         return results
-        return _general_qk(self, q, k, positions, offset, seq_axis, out, angles)
+        return _general_qk(self, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm)
 
     # ---- prepared calls (a backend's decode loop) ------------------------------
 
@@ -538,6 +548,45 @@ class Rope:
         return PreparedApplyQK(self, (q, k), (q_out, k_out), job.seq_axis, False, ("q", "k"),
                                 ("out[0]", "out[1]"))
 
+    # ---- the paged KV cache ------------------------------------------------------
+
+    def cache_write(self, k, v, k_cache, v_cache, slot_mapping, *, positions=None, offset=0, norm=None,
+                    layout="NHD"):
+        """Rotate keys at their positions and write them, with values, into a paged cache, in one pass.
+
+        vLLM's ``reshape_and_cache`` with the rotation (and QK-norm) fused in:
+
+        - ``k``, ``v``: ``[tokens, kv_heads, head_dim]`` or ``[*batch, seq,
+          kv_heads, head_dim]``, one dtype (float32, float16, bfloat16,
+          float64). ``k`` is normalised by ``norm`` (a :class:`pyrope.RMSNorm`,
+          optional), rotated, and stored; ``v`` is stored as it is, never
+          rotated nor normalised. ``v`` and ``v_cache`` may both be None (keys
+          only, e.g. the rope part of an MLA cache).
+        - ``k_cache``, ``v_cache``: ``[num_blocks, block_size, kv_heads,
+          head_dim]`` (``layout="NHD"``) or ``[num_blocks, kv_heads,
+          block_size, head_dim]`` (``"HND"``), written in place: any storage
+          type (float64 data only into float64 or float32), rounded once from
+          the computed value; a contiguous last axis.
+        - ``slot_mapping``: integers of k's token shape (``[tokens]`` or
+          ``[*batch, seq]``, int32 or int64): token t goes to slot
+          ``slot_mapping[t]`` = block * block_size + offset in the block;
+          -1 skips the token (padding). A slot is a place, not a position.
+        - ``positions``, ``offset``: the keys' logical positions, as in
+          :meth:`apply` (default ``offset + arange(seq)``).
+
+        Returns ``(k_cache, v_cache)``. Refused before anything is written,
+        with a ``TypeError``/``ValueError`` naming the argument: a slot out of
+        range, a slot twice, caches of the wrong shape, dtype or layout, k or
+        v overlapping a cache, the caches overlapping each other. Torch
+        tensors (written in their own storage) and DLPack objects as in
+        :meth:`apply`; not differentiable.
+        """
+        if _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout)):
+            return _CACHE_WRITE.convert(_cache_write, (self, k, v, k_cache, v_cache, slot_mapping, positions,
+                                                       offset, norm, layout))
+        return _paged.cache_write(self, k, v, k_cache, v_cache, slot_mapping, positions, offset,
+                                  as_norm("norm", norm), layout, "Rope.cache_write")
+
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
     def rerotate(self, k, from_positions, to_positions, *, seq_axis=-3):
@@ -560,19 +609,43 @@ class Rope:
 
 # ---- the edge: tensors and DLPack objects, viewed as arrays, re-enter the public call ----
 
-def _apply(rope, x, positions, offset, seq_axis, out, inverse, angles):
-    return rope.apply(x, positions, offset=offset, seq_axis=seq_axis, out=out, inverse=inverse, angles=angles)
+def _apply(rope, x, positions, offset, seq_axis, out, inverse, angles, norm):
+    return rope.apply(x, positions, offset=offset, seq_axis=seq_axis, out=out, inverse=inverse, angles=angles,
+                      norm=norm)
 
 
-def _apply_qk(rope, q, k, positions, offset, seq_axis, out, angles):
-    return rope.apply_qk(q, k, positions, offset=offset, seq_axis=seq_axis, out=out, angles=angles)
+def _apply_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm):
+    return rope.apply_qk(q, k, positions, offset=offset, seq_axis=seq_axis, out=out, angles=angles, q_norm=q_norm,
+                         k_norm=k_norm)
+
+
+def _no_norm(where, *norms):
+    """A rotation with a norm has no adjoint here: refuse tensors that require grad."""
+    for name, norm in norms:
+        if norm is not None:
+            raise ValueError(f"{where} with {name}= is not differentiable, and a tensor requires grad: call it "
+                             f"under torch.no_grad(), or normalise with torch and rotate without {name}")
+
+
+def _apply_adjoint(args):
+    """The rotation's adjoint is the rotation with ``inverse`` flipped."""
+    _no_norm("Rope.apply", ("norm", args["norm"]))
+    rope = args["rope"]
+    return lambda g: rope.apply(g, args["positions"], offset=args["offset"], seq_axis=args["seq_axis"],
+                                inverse=not args["inverse"], angles=args["angles"])
 
 
 def _qk_adjoint(args):
     """q and k turn by the same angles: each one's adjoint is the inverse rotation."""
+    _no_norm("Rope.apply_qk", ("q_norm", args["q_norm"]), ("k_norm", args["k_norm"]))
     rope = args["rope"]
     return lambda g: rope.apply(g, args["positions"], offset=args["offset"], seq_axis=args["seq_axis"],
                                 inverse=True, angles=args["angles"])
+
+
+def _cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout):
+    return rope.cache_write(k, v, k_cache, v_cache, slot_mapping, positions=positions, offset=offset, norm=norm,
+                            layout=layout)
 
 
 def _prepare(rope, x, out, seq_axis, inverse):
@@ -586,12 +659,17 @@ def _prepare_qk(rope, q, k, out, seq_axis):
 
 
 
-_APPLY = Edge("Rope.apply", ("rope", "x", "positions", "offset", "seq_axis", "out", "inverse", "angles"),
-              inputs=("x",), out="out", positions=("positions",), adjoint="inverse")
-_APPLY_QK = Edge("Rope.apply_qk", ("rope", "q", "k", "positions", "offset", "seq_axis", "out", "angles"),
+_APPLY = Edge("Rope.apply", ("rope", "x", "positions", "offset", "seq_axis", "out", "inverse", "angles", "norm"),
+              inputs=("x",), out="out", positions=("positions",), adjoint=_apply_adjoint)
+_APPLY_QK = Edge("Rope.apply_qk", ("rope", "q", "k", "positions", "offset", "seq_axis", "out", "angles", "q_norm",
+                                   "k_norm"),
                  inputs=("q", "k"), out="out", pair=True, positions=("positions",), adjoint=_qk_adjoint)
 _COS_SIN = Edge("Rope.cos_sin", ("rope", "positions", "dtype"), positions=("positions",), dtypes=("dtype",),
                 like="positions")
+_CACHE_WRITE = Edge("Rope.cache_write", ("rope", "k", "v", "k_cache", "v_cache", "slot_mapping", "positions",
+                                         "offset", "norm", "layout"),
+                     inputs=("k", "v", "k_cache", "v_cache"), positions=("slot_mapping", "positions"),
+                     written=("k_cache", "v_cache"), like="")
 _PREPARE = Edge("Rope.prepare", ("rope", "x", "out", "seq_axis", "inverse"), inputs=("x",), out="out",
                 examples=True)
 _PREPARE_QK = Edge("Rope.prepare_qk", ("rope", "q", "k", "out", "seq_axis"), inputs=("q", "k"), out="out",
@@ -599,30 +677,30 @@ _PREPARE_QK = Edge("Rope.prepare_qk", ("rope", "q", "k", "out", "seq_axis"), inp
 
 
 
-def _general(rope, x, positions, offset, seq_axis, out, inverse, angles):
+def _general(rope, x, positions, offset, seq_axis, out, inverse, angles, norm=None):
     """``apply`` through the general path: any strides, overlaps, positions.
     Tensors and DLPack objects (which the direct path never takes) cross
     the edge here: viewed as arrays, they call ``apply`` again."""
     if type(x) is not _ndarray or (out is not None and type(out) is not _ndarray) or (
             positions is not None and type(positions) is not _ndarray):
-        result = _APPLY.run(_apply, (rope, x, positions, offset, seq_axis, out, inverse, angles))
+        result = _APPLY.run(_apply, (rope, x, positions, offset, seq_axis, out, inverse, angles, norm))
         if result is not _PASS:
             return result
     job = Job(rope, positions, offset, seq_axis, angles)
-    job.add("x", x, out, "out")
+    job.add("x", x, out, "out", as_norm("norm", norm))
     return job.run(inverse, "Rope.apply")[0]
 
 
-def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles):
+def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm=None, k_norm=None):
     """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
-    result = _APPLY_QK.run(_apply_qk, (rope, q, k, positions, offset, seq_axis, out, angles))
+    result = _APPLY_QK.run(_apply_qk, (rope, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm))
     if result is not _PASS:
         return result
     q_out, k_out = out_pair(out)
     job = Job(rope, positions, offset, seq_axis, angles)
-    job.add("q", q, q_out, "out[0]")
+    job.add("q", q, q_out, "out[0]", as_norm("q_norm", q_norm), "q_norm")
     as_float_array("k", k, (q.dtype,))
-    job.add("k", k, k_out, "out[1]")
+    job.add("k", k, k_out, "out[1]", as_norm("k_norm", k_norm), "k_norm")
     if not _plan.same_tokens(q, k, job.seq_axis):
         raise ValueError(f"q and k must share batch and sequence dims, got shapes {q.shape} and {k.shape}")
     return tuple(job.run(False, "Rope.apply_qk"))

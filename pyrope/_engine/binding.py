@@ -27,6 +27,7 @@ MAX_OTF_HALF = lib.ROPE_MAX_OTF_HALF      # largest rotary_dim/2 computed on the
 MAX_THREADS = lib.ROPE_MAX_THREADS        # most threads one call uses
 MAX_COMPONENTS = lib.ROPE_MAX_COMPONENTS  # most components of a sectioned position
 MAX_STAGE_DIM = lib.ROPE_MAX_STAGE_DIM    # largest head_dim of a normalised or converted staged call
+NORMS = {None: lib.ROPE_NORM_NONE, "head": lib.ROPE_NORM_HEAD, "token": lib.ROPE_NORM_TOKEN}  # rope_stage.norm
 
 LAYOUTS = {"interleaved": lib.ROPE_INTERLEAVED, "split_half": lib.ROPE_SPLIT_HALF}
 POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,

@@ -8,7 +8,7 @@ argument, never imported: its angle policy (``_token_positions``,
 """
 import numpy as np
 
-from . import dtypes as _dtypes, plan as _plan
+from . import dtypes as _dtypes, plan as _plan, stages as _stages
 from .checks import MAX_POSITION, as_float_array, as_int
 from ..errors import ValueError
 
@@ -31,8 +31,12 @@ class Job:
         if positions is not None and self.offset != 0:
             raise ValueError(f"pass either positions or offset, not both (offset={self.offset})")
         self.items = []
+        self.norms = []
 
-    def add(self, name, x, out, out_name):
+    def add(self, name, x, out, out_name, norm=None, norm_name="norm"):
+        """Check and keep ``x`` (called ``name``) and its ``out``; ``norm``: a
+        ``pyrope.RMSNorm`` (or None) it passes through first, called
+        ``norm_name`` in messages."""
         rope = self.rope
         as_float_array(name, x, _dtypes.accepted_dtypes(x), _dtypes.accepted_names)
         if x.ndim < 3:
@@ -46,7 +50,12 @@ class Job:
                 raise ValueError(f"{out_name} must have the shape of {name} {x.shape}, got {out.shape}")
             if not out.flags.writeable:
                 raise ValueError(f"{out_name} is read-only")
+        if norm is not None:
+            _stages.check_stage_dim(norm_name, rope.head_dim)
+            heads = x.shape[-2] if self.seq_axis == -3 else x.shape[-3]
+            norm = norm.stage(norm_name, x.dtype, rope.head_dim, heads)
         self.items.append((name, x, out, out_name))
+        self.norms.append(norm)
 
     def run(self, inverse, where):
         """Plan (overlaps, views, copies), find the angles, rotate; returns the outputs."""
@@ -64,7 +73,7 @@ class Job:
             positions = None
         else:
             positions, sections = rope._token_positions(self.positions, batch_shape, n_seq, not empty)
-        plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim)
+        plan = _plan.plan_rotation(self.items, self.seq_axis, rope.layout, inverse, rope.rotary_dim, self.norms)
         if empty:
             return plan.outputs
         # An array with zero heads next to one with some (q without heads) goes

@@ -29,6 +29,8 @@ _CHARS = BUFFER_TYPES["char"]
 _from_buffer = ffi.from_buffer
 _positions_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["int64_t"])
 _rotate = lib.rope_rotate
+_rotate_staged = lib.rope_rotate_staged
+_NULL = ffi.NULL
 
 _ANGLES_SIZE = ffi.sizeof("rope_angles")
 _POS_LIST, _POS_SECTIONS = lib.ROPE_POS_LIST, lib.ROPE_POS_SECTIONS
@@ -55,20 +57,27 @@ class Call:
     descriptors (op, tensors, angles), so concurrent calls never share a
     struct that is being filled."""
 
-    __slots__ = ("_fields", "_template", "_firsts", "_local", "n_tensors", "n_batch", "n_seq", "n_heads", "wide")
+    __slots__ = ("_fields", "_template", "_firsts", "_local", "_stages", "n_tensors", "n_batch", "n_seq", "n_heads",
+                 "wide")
 
-    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors, firsts=None):
+    def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors, firsts=None,
+                 stages=None):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides
         (batch, seq, head). ``firsts``: per tensor, how :meth:`launch` reaches the
         first elements of its source and of its result, ``(x's, out's)``, each
         None (the array is C-contiguous: its own buffer) or the index of its
         first head (``a[0, ..., 0]``, contiguous since the last axis is);
-        None: every array C-contiguous."""
+        None: every array C-contiguous. ``stages``: None (``rope_rotate``), or
+        per tensor the fields of its ``rope_stage`` but the pointers (a dict:
+        ``rotate``, ``norm``, ``norm_eps``, ``out_dtype``, ``slot_strides``,
+        ``n_slots``, ``block_size``): the call runs ``rope_rotate_staged``,
+        each launch giving the weights and slots (``stage_data``)."""
         self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
                             n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
         self._template = [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors]
         self._firsts = tuple(firsts) if firsts is not None else ((None, None),) * len(tensors)
         self._local = threading.local()
+        self._stages = None if stages is None else [dict(s) for s in stages]
         self.n_tensors = len(tensors)
         self.n_batch, self.n_seq = n_batch, n_seq
         self.n_heads = tuple(h for h, _, _ in tensors)
@@ -77,18 +86,20 @@ class Call:
     def _bind(self):
         """This thread's [op, its thread count, per tensor (entry, x's first,
         out's first, index), tensor array, angles, what the angles hold: a template
-        (offset source), (template, strides) (a position list) or None] --
+        (offset source), (template, strides) (a position list) or None, the
+        stage array (None: no stages)] --
         made on its first call, and again when the thread count changes (a
         call in flight keeps its op)."""
         t = ffi.new("rope_tensor[]", self._template)
         op = ffi.new("rope_op *", dict(self._fields, n_threads=_isa.NUM_THREADS))
         slots = tuple((t[i], fx, fo, i) for i, (fx, fo) in enumerate(self._firsts))
-        bound = [op, _isa.NUM_THREADS, slots, t, ffi.new("rope_angles *"), None]
+        st = None if self._stages is None else ffi.new("rope_stage[]", self._stages)
+        bound = [op, _isa.NUM_THREADS, slots, t, ffi.new("rope_angles *"), None, st]
         self._local.bound = bound
         return bound
 
     def launch(self, sources, results, template, positions, offset, where, strides=None, sections=None,
-               fall_back=True):
+               fall_back=True, stage_data=None):
         """The launcher: rotate ``sources`` into ``results`` (ndarrays in the
         order of the tensors, with exactly the planned shapes, strides and
         dtype; ``results[i] is sources[i]``: in place; all kept referenced by
@@ -114,18 +125,23 @@ class Call:
         int64, or a C refusal the general path copes with (a position outside
         the rows, a misaligned pointer, a result meeting the positions). Any
         other C refusal, and every one without ``fall_back``, raises naming
-        ``where``."""
+        ``where``.
+
+        A staged Call takes ``stage_data``: per tensor ``(weight, slots)``,
+        the norm's float64 weight pointer (``ffi.NULL``: none) and the int64
+        C-contiguous slot array (None: no slots), kept referenced by the
+        caller."""
         if positions is not None and strides is None:
             if offset or (strides := direct_position_strides(positions, self.n_seq, sources[0])) is None:
                 return False
         if template is None:
             return False
         try:
-            op, threads, slots, t, a, held = self._local.bound
+            op, threads, slots, t, a, held, st = self._local.bound
         except AttributeError:
-            op, threads, slots, t, a, held = self._bind()
+            op, threads, slots, t, a, held, st = self._bind()
         if threads != _isa.NUM_THREADS:
-            op, threads, slots, t, a, held = self._bind()
+            op, threads, slots, t, a, held, st = self._bind()
         try:
             # a keeps what the last call on this thread set: refill only what differs
             if positions is None:
@@ -154,11 +170,16 @@ class Call:
                 else:
                     d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
                     d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
+            if st is not None:
+                for i, (weight, slot_array) in enumerate(stage_data):
+                    stage = st[i]
+                    stage.norm_weight = weight
+                    stage.slots = _NULL if slot_array is None else _positions_pointer(slot_array)
         except (builtins.ValueError, builtins.OverflowError):   # a read-only result; an offset beyond int64
             if fall_back:
                 return False
             raise
-        status = _rotate(op, t, self.n_tensors, a)
+        status = _rotate(op, t, self.n_tensors, a) if st is None else _rotate_staged(op, t, st, self.n_tensors, a)
         if not status:
             return True
         if fall_back and status in _FALL_BACK:
@@ -178,11 +199,11 @@ class Call:
         to :meth:`launch`."""
         if positions is None and template is not None:
             try:
-                op, threads, slots, t, a, held = self._local.bound
+                op, threads, slots, t, a, held, st = self._local.bound
             except AttributeError:
                 pass
             else:
-                if threads == _isa.NUM_THREADS and held is template:
+                if threads == _isa.NUM_THREADS and held is template and st is None:
                     d, fx, fo, _ = slots[0]
                     try:
                         a.offset = offset

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from . import dtypes as _dtypes, launcher as _launcher
+from . import dtypes as _dtypes, launcher as _launcher, stages as _stages
 from .checks import checked_positions, positions_array, too_large
 from ..errors import ValueError
 
@@ -348,7 +348,7 @@ class Plan:
     ``write_back``: ``[(dst, tmp)]`` to copy after the call; ``outputs``: what
     the caller returns; ``call``: the ``_launcher.Call``."""
 
-    __slots__ = ("buffers", "write_back", "outputs", "call", "batch_shape", "n_seq")
+    __slots__ = ("buffers", "write_back", "outputs", "call", "batch_shape", "n_seq", "stage_data")
 
     def run(self, template, positions, offset, where, sections=None):
         """Rotate with the angles of ``template`` (``_launcher.angle_template``) at
@@ -358,7 +358,8 @@ class Plan:
         sources, results = zip(*self.buffers)
         if positions is not None:
             positions = positions_apart(positions, results)
-        self.call.launch(sources, results, template, positions, offset, where, strides, sections, False)
+        self.call.launch(sources, results, template, positions, offset, where, strides, sections, False,
+                         self.stage_data)
         if self.write_back:
             commit(self.write_back)
         return self.outputs
@@ -400,10 +401,12 @@ def _c_copy(name, a):
         raise too_large(name, a.shape, a.dtype, "a contiguous copy") from None
 
 
-def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
+def plan_rotation(items, seq_axis, layout, inverse, rotary_dim, norms=None):
     """Plan the rotation of validated ``items`` ``[(name, x, out, out_name)]``
     (arrays of one dtype sharing batch and sequence dims; see
-    :func:`resolve_overlaps`) at the same positions.
+    :func:`resolve_overlaps`) at the same positions; ``norms``: None, or per
+    item None or the ``(over, scale, eps)`` of the norm it takes first
+    (``stages.fields``), checked by the caller.
 
     All or nothing: C writes every result in one call; a result it cannot
     address is rotated in a contiguous temporary and written back after the
@@ -443,10 +446,13 @@ def plan_rotation(items, seq_axis, layout, inverse, rotary_dim):
     first = plan.buffers[0][0]
     plan.batch_shape = token_view(items[0][1], seq_axis).shape[:-3]
     plan.n_seq = first.shape[1]
+    staged = norms is not None and any(n is not None for n in norms)
+    plan.stage_data = [(_stages.weight_pointer(n), None) for n in norms] if staged else None
     plan.call = _launcher.Call(first.dtype, layout, inverse, first.shape[0], first.shape[1], first.shape[3],
                                rotary_dim, [(s.shape[2], element_strides(s), element_strides(d))
                                             for s, d in plan.buffers],
-                               [(_first_element(s), _first_element(d)) for s, d in plan.buffers])
+                               [(_first_element(s), _first_element(d)) for s, d in plan.buffers],
+                               [_stages.fields(n) for n in norms] if staged else None)
     return plan
 
 

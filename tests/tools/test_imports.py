@@ -31,7 +31,8 @@ CORE = {
     "pyrope._readers", "pyrope._readers.hf_config", "pyrope._ops", "pyrope._ops.rekey", "pyrope._ops.explicit",
     "pyrope._rules", "pyrope._rules.dynamic", "pyrope._rules.correctly_rounded",
     "pyrope.scaling", "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
-    "pyrope.cache", "pyrope.layout", "pyrope.prepared",
+    "pyrope.cache", "pyrope.layout", "pyrope.prepared", "pyrope.norm", "pyrope._engine.stages",
+    "pyrope._engine.paged",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 

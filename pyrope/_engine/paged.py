@@ -1,0 +1,166 @@
+"""The paged-cache write: rotate keys (after their norm) at their positions and
+write them, with values, into the slots of a paged KV cache, in one C call.
+
+``Rope.cache_write`` comes here with ndarrays (tensors have crossed the edge).
+The rope is an argument, never imported: its angle policy (``_token_positions``,
+``_angles_for``) says where cos/sin come from, as on the general path.
+
+A cache is ``[num_blocks, block_size, kv_heads, head_dim]`` ("NHD") or
+``[num_blocks, kv_heads, block_size, head_dim]`` ("HND"); token t goes to
+slot ``slot_mapping[t]`` = block * block_size + offset (-1: skipped). A slot
+is a place, never a position: keys turn by their positions (``offset +
+arange(seq)`` or ``positions``), whatever slot they land in. Everything is
+checked before anything is written; C checks every slot again.
+"""
+import numpy as np
+
+from . import dtypes as _dtypes, plan as _plan, stages as _stages
+from .checks import MAX_POSITION, as_float_array, as_int, positions_array
+from .launcher import Call
+from ..errors import TypeError, ValueError
+
+LAYOUTS = ("NHD", "HND")
+_SMALL = 64   # token counts up to this check their slots in Python lists, above it in numpy
+
+
+def _cache_form(layout):
+    return ("[num_blocks, block_size, kv_heads, head_dim]" if layout == "NHD"
+            else "[num_blocks, kv_heads, block_size, head_dim]")
+
+
+def _check_cache(name, cache, data_dtype, kv_heads, head_dim, layout):
+    """``(num_blocks, block_size, out element strides (block, slot, head))`` of a cache."""
+    as_float_array(name, cache, _dtypes.accepted_dtypes(cache), _dtypes.accepted_names)
+    if data_dtype == np.float64 and cache.dtype not in (np.float64, np.float32):
+        raise TypeError(f"{name}: float64 data are written to a float64 or float32 cache, got {cache.dtype}")
+    if cache.ndim != 4:
+        raise ValueError(f"{name} must be a 4-D cache {_cache_form(layout)} (layout={layout!r}), "
+                         f"got shape {cache.shape}")
+    blocks, a, b, dim = cache.shape
+    heads, block_size = (b, a) if layout == "NHD" else (a, b)
+    if heads != kv_heads or dim != head_dim:
+        raise ValueError(f"{name} must be {_cache_form(layout)} with kv_heads={kv_heads} and head_dim={head_dim} "
+                         f"(layout={layout!r}), got shape {cache.shape}")
+    if not cache.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    item = cache.itemsize
+    if cache.strides[-1] != item or any(s % item for s in cache.strides) or not cache.flags.aligned:
+        raise ValueError(f"{name} (strides {cache.strides}) must have a contiguous last axis and aligned "
+                         f"elements: a cache is written in place, never through a copy")
+    if _plan.self_overlapping(cache):
+        raise ValueError(f"{name} has elements that overlap each other (a zero or overlapping stride)")
+    s = [st // item for st in cache.strides]
+    strides = (s[0], s[1], s[2]) if layout == "NHD" else (s[0], s[2], s[1])
+    return blocks, block_size, strides
+
+
+def _source(name, x):
+    """``x`` as the kernel reads it, ``[B, seq, heads, dim]``: a view, or a contiguous copy."""
+    if _plan.kernel_friendly(x):
+        x4 = _plan.as_4d(x)
+        if x4 is not None:
+            return x4
+    return _plan.as_4d(_plan._c_copy(name, x))
+
+
+def _slots(slot_mapping, token_shape, n_slots):
+    """``slot_mapping`` as a C-contiguous int64 ``[B, seq]`` copy, each slot in
+    range or -1 and none twice, else a ValueError naming it."""
+    arr = positions_array("slot_mapping", slot_mapping)
+    if arr.shape != token_shape:
+        raise ValueError(f"slot_mapping must have k's token shape {token_shape} (k without its last two axes), "
+                         f"got {arr.shape}")
+    n = arr.size
+    if n and (int(arr.max()) >= n_slots or int(arr.min()) < -1):
+        bad = arr[(arr >= n_slots) | (arr < -1)].flat[0]
+        raise ValueError(f"slot_mapping must hold slots in [0, {n_slots}) (num_blocks * block_size) or -1 "
+                         f"(skip the token), got {int(bad)}")
+    slots = np.array(arr, dtype=np.int64, order="C").reshape(-1, token_shape[-1] if token_shape else 1)
+    if n <= _SMALL:
+        listed = [s for s in slots.flat if s != -1]
+        twice = len(set(listed)) != len(listed)
+    else:
+        valid = np.sort(slots[slots != -1], kind="stable")
+        twice = bool(valid.size > 1 and (valid[1:] == valid[:-1]).any())
+    if twice:
+        flat = slots[slots != -1]
+        values, counts = np.unique(flat, return_counts=True)
+        raise ValueError(f"slot_mapping holds slot {int(values[counts > 1][0])} twice: two tokens cannot share "
+                         f"a cache slot")
+    return slots
+
+
+def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
+    """``Rope.cache_write`` on ndarrays; ``norm``: a ``pyrope.RMSNorm`` or None. Returns ``(k_cache, v_cache)``."""
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ValueError(f"layout must be 'NHD' ([num_blocks, block_size, kv_heads, head_dim]) or 'HND' "
+                         f"([num_blocks, kv_heads, block_size, head_dim]), got {layout!r}")
+    as_float_array("k", k, _dtypes.accepted_dtypes(k), _dtypes.accepted_names)
+    head_dim = rope.head_dim
+    if k.ndim < 3 or k.shape[-1] != head_dim:
+        raise ValueError(f"k must be [tokens, kv_heads, head_dim] or [*batch, seq, kv_heads, head_dim] with "
+                         f"head_dim={head_dim}, got shape {k.shape}")
+    if (v is None) != (v_cache is None):
+        raise ValueError(f"v and v_cache go together: got v {'None' if v is None else 'an array'} and v_cache "
+                         f"{'None' if v_cache is None else 'an array'}")
+    if v is not None:
+        as_float_array("v", v, (k.dtype,))
+        if v.shape != k.shape:
+            raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
+    kv_heads = k.shape[-2]
+    blocks, block_size, k_strides = _check_cache("k_cache", k_cache, k.dtype, kv_heads, head_dim, layout)
+    if v_cache is not None:
+        _, _, v_strides = _check_cache("v_cache", v_cache, k.dtype, kv_heads, head_dim, layout)
+        if v_cache.shape != k_cache.shape:
+            raise ValueError(f"v_cache must have k_cache's shape {k_cache.shape}, got {v_cache.shape}")
+        if _plan.overlap(k_cache, v_cache):
+            raise ValueError("k_cache and v_cache overlap: one cache would overwrite the other")
+    for name, x in (("k", k), ("v", v)):
+        for cname, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if x is not None and cache is not None and _plan.overlap(x, cache):
+                raise ValueError(f"{name} and {cname} overlap: the write would change what it reads")
+    stage = None
+    if norm is not None:
+        _stages.check_stage_dim("norm", head_dim)
+        stage = norm.stage("norm", k.dtype, head_dim, kv_heads)
+    elif k_cache.dtype != k.dtype or (v_cache is not None and v_cache.dtype != k.dtype):
+        _stages.check_stage_dim("k_cache" if k_cache.dtype != k.dtype else "v_cache", head_dim)
+    n_slots = blocks * block_size
+    token_shape = k.shape[:-2]
+    slots = _slots(slot_mapping, token_shape, n_slots)
+    batch_shape, n_seq = token_shape[:-1], token_shape[-1]
+    offset = as_int("offset", offset)
+    if positions is not None and offset != 0:
+        raise ValueError(f"pass either positions or offset, not both (offset={offset})")
+    if positions is None and (offset < -MAX_POSITION or offset + max(n_seq - 1, 0) > MAX_POSITION):
+        raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={offset}, seq={n_seq}")
+    empty = k.size == 0
+    sections = None
+    if positions is not None:
+        positions, sections = rope._token_positions(positions, batch_shape, n_seq, not empty)
+    if empty:
+        return k_cache, v_cache
+    k4 = _source("k", k)
+    tensors = [(kv_heads, _plan.element_strides(k4), k_strides)]
+    firsts = [(_plan._first_element(k4), _plan._first_element(k_cache))]
+    slot_strides = (0 if slots.shape[0] == 1 else n_seq, 1)
+    stages = [_stages.slot_fields(_stages.fields(stage, True, k_cache.dtype, (n_slots, block_size)), slot_strides)]
+    sources, results = [k4], [k_cache]
+    data = [(_stages.weight_pointer(stage), slots)]
+    if v is not None:
+        v4 = _source("v", v)
+        tensors.append((kv_heads, _plan.element_strides(v4), v_strides))
+        firsts.append((_plan._first_element(v4), _plan._first_element(v_cache)))
+        stages.append(_stages.slot_fields(_stages.fields(None, False, v_cache.dtype, (n_slots, block_size)),
+                                          slot_strides))
+        sources.append(v4)
+        results.append(v_cache)
+        data.append((_stages.NULL, slots))
+    call = Call(k.dtype, rope.layout, False, k4.shape[0], n_seq, head_dim, rope.rotary_dim, tensors, firsts, stages)
+    template, c_positions, keep = rope._angles_for(positions, offset, n_seq, "auto", k.dtype)
+    strides = (0, 0, 0) if c_positions is None else _plan.position_strides(c_positions)
+    if c_positions is not None:
+        c_positions = _plan.positions_apart(c_positions, results)
+    call.launch(sources, results, template, c_positions, offset, where, strides, sections, False, data)
+    del keep   # the rows the template pointed into lived until here
+    return k_cache, v_cache
