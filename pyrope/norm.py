@@ -98,7 +98,8 @@ class RMSNorm:
         self._weight.flags.writeable = False
         if unit_offset:
             # Gemma 3: (1.0 + weight.float()) in float32; float64 data keep float64
-            scale32 = (np.float32(1) + given.astype(np.float32)).astype(np.float64)
+            with np.errstate(over="ignore"):   # a weight beyond float32 is refused below
+                scale32 = (np.float32(1) + given.astype(np.float32)).astype(np.float64)
             scale64 = 1.0 + wide
         else:
             scale32 = scale64 = wide

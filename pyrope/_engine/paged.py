@@ -12,6 +12,8 @@ is a place, never a position: keys turn by their positions (``offset +
 arange(seq)`` or ``positions``), whatever slot they land in. Everything is
 checked before anything is written; C checks every slot again.
 """
+import math
+
 import numpy as np
 
 from . import dtypes as _dtypes, plan as _plan, stages as _stages
@@ -75,7 +77,7 @@ def _slots(slot_mapping, token_shape, n_slots):
         bad = arr[(arr >= n_slots) | (arr < -1)].flat[0]
         raise ValueError(f"slot_mapping must hold slots in [0, {n_slots}) (num_blocks * block_size) or -1 "
                          f"(skip the token), got {int(bad)}")
-    slots = np.array(arr, dtype=np.int64, order="C").reshape(-1, token_shape[-1] if token_shape else 1)
+    slots = np.array(arr, dtype=np.int64, order="C").reshape(math.prod(token_shape[:-1]), token_shape[-1])
     if n <= _SMALL:
         listed = [s for s in slots.flat if s != -1]
         twice = len(set(listed)) != len(listed)
