@@ -8,7 +8,7 @@ import copy
 import dataclasses
 import numpy as np
 
-from ._engine import binding as _binding, tables as _engine_tables, paged as _paged, plan as _plan
+from ._engine import binding as _binding, tables as _engine_tables, paged as _paged, plan as _plan, stages as _stages
 from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
                              out_pair, positions_array, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
@@ -21,7 +21,7 @@ from .contract import config_facts_from_contract, with_config_facts
 from .contract import fingerprint as _fingerprint
 from .contract import make_contract, resolved_from_contract, sections_from_contract
 from .errors import RopeError, TypeError, ValueError
-from .norm import as_norm
+from .norm import RMSNorm, as_norm
 from ._engine.sections import is_sectioned, pair_components
 from ._engine.table_cache import TableCache
 from .scaling import resolve
@@ -438,7 +438,7 @@ class Rope:
         # The direct path (see "the direct path" below): a memo hit, then the
         # launcher. -3.0 == -3, so only an int seq_axis may look a plan up.
         if ((angles is _AUTO or type(angles) is str and angles == _AUTO) and type(x) is _ndarray
-                and type(offset) is int and type(seq_axis) is int and norm is None
+                and type(offset) is int and type(seq_axis) is int and (norm is None or type(norm) is RMSNorm)
                 and (positions is None or type(positions) is _ndarray)):   # tensors cross the edge first
             if out is x:
                 mark = None
@@ -448,7 +448,7 @@ class Rope:
                 mark = out.strides
             else:
                 mark = GENERAL
-            if mark is not GENERAL:
+            if mark is not GENERAL and norm is None:
                 key = _direct_key(self._plan_tag, seq_axis, inverse, x, mark)
                 call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
@@ -457,6 +457,19 @@ class Rope:
                     result = _plan.fresh_result(x) if out is None else out
                     rows = self._rows_for(np.float64).window if call.wide else self._tables.window
                     if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
+                        return result
+            elif mark is not GENERAL and x.ndim >= 3 and (seq_axis == -3 or seq_axis == -2):
+                # with its norm: the same memo, the norm's kind and eps in the key, its weights per call
+                stage = norm.stage("norm", x.dtype, self._head_dim, x.shape[-2] if seq_axis == -3 else x.shape[-3])
+                key = (_direct_key(self._plan_tag, seq_axis, inverse, x, mark), stage[0], stage[2])
+                call = _plan.CALLS.get(key, _UNPLANNED)
+                if call is _UNPLANNED:
+                    call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,), (stage,))
+                if call is not None:
+                    result = _plan.fresh_result(x) if out is None else out
+                    rows = self._rows_for(np.float64).window if call.wide else self._tables.window
+                    if rows is not None and call.launch((x,), (result,), rows.angles, positions, offset, "Rope.apply",
+                                                        None, None, True, ((_weight_pointer(stage), None),)):
                         return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles, norm)
 
@@ -581,7 +594,16 @@ class Rope:
         tensors (written in their own storage) and DLPack objects as in
         :meth:`apply`; not differentiable.
         """
-        if _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout)):
+        if type(k) is _ndarray and type(k_cache) is _ndarray and type(slot_mapping) is _ndarray:
+            # the decode step: the memoised write (the general path below decides the rest)
+            if (k.flags.c_contiguous and type(offset) is int and (positions is None or type(positions) is _ndarray)
+                    and (norm is None or type(norm) is RMSNorm)
+                    and (v is None and v_cache is None or type(v) is _ndarray and v.flags.c_contiguous
+                         and type(v_cache) is _ndarray)
+                    and _paged.direct(self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
+                                      "Rope.cache_write")):
+                return k_cache, v_cache
+        elif _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout)):
             return _CACHE_WRITE.convert(_cache_write, (self, k, v, k_cache, v_cache, slot_mapping, positions,
                                                        offset, norm, layout))
         return _paged.cache_write(self, k, v, k_cache, v_cache, slot_mapping, positions, offset,
@@ -707,6 +729,7 @@ def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm=Non
 
 
 _ndarray = np.ndarray
+_weight_pointer = _stages.weight_pointer
 _UNPLANNED = _plan.UNPLANNED
 _FRESH = _plan.FRESH
 _direct_key = _plan.direct_key

@@ -204,9 +204,12 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
                     memcpy(ov + (h * t->out_strides[2] + op->rotary_dim) * elem,
                            xv + (h * t->x_strides[2] + op->rotary_dim) * elem, tail);
         } else if ((const char *)ov != xv) {
-            for (int64_t h = 0; h < t->n_heads; h++)
-                memcpy(ov + h * t->out_strides[2] * elem, xv + h * t->x_strides[2] * elem,
-                       (size_t)(head_dim * elem));
+            if (t->x_strides[2] == head_dim && t->out_strides[2] == head_dim)   /* heads back to back: one copy */
+                memcpy(ov, xv, (size_t)(t->n_heads * head_dim * elem));
+            else
+                for (int64_t h = 0; h < t->n_heads; h++)
+                    memcpy(ov + h * t->out_strides[2] * elem, xv + h * t->x_strides[2] * elem,
+                           (size_t)(head_dim * elem));
         }
         return;
     }

@@ -18,10 +18,12 @@ import numpy as np
 
 from . import dtypes as _dtypes, plan as _plan, stages as _stages
 from .checks import MAX_POSITION, as_float_array, as_int, positions_array
+from .direct import may_share
 from .launcher import Call
 from ..errors import TypeError, ValueError
 
 LAYOUTS = ("NHD", "HND")
+_ndarray = np.ndarray
 _SMALL = 64   # token counts up to this check their slots in Python lists, above it in numpy
 
 
@@ -73,14 +75,19 @@ def _slots(slot_mapping, token_shape, n_slots):
         raise ValueError(f"slot_mapping must have k's token shape {token_shape} (k without its last two axes), "
                          f"got {arr.shape}")
     n = arr.size
-    if n and (int(arr.max()) >= n_slots or int(arr.min()) < -1):
+    if n <= _SMALL:   # a decode step: Python's ints cost less than numpy's calls
+        listed = arr.ravel().tolist()
+        out_of_range = n and (max(listed) >= n_slots or min(listed) < -1)
+    else:
+        out_of_range = int(arr.max()) >= n_slots or int(arr.min()) < -1
+    if out_of_range:
         bad = arr[(arr >= n_slots) | (arr < -1)].flat[0]
         raise ValueError(f"slot_mapping must hold slots in [0, {n_slots}) (num_blocks * block_size) or -1 "
                          f"(skip the token), got {int(bad)}")
-    slots = np.array(arr, dtype=np.int64, order="C").reshape(math.prod(token_shape[:-1]), token_shape[-1])
+    slots = arr.astype(np.int64, order="C").reshape(math.prod(token_shape[:-1]), token_shape[-1])
     if n <= _SMALL:
-        listed = [s for s in slots.flat if s != -1]
-        twice = len(set(listed)) != len(listed)
+        valid = [s for s in listed if s != -1]
+        twice = len(set(valid)) != len(valid)
     else:
         valid = np.sort(slots[slots != -1], kind="stable")
         twice = bool(valid.size > 1 and (valid[1:] == valid[:-1]).any())
@@ -92,8 +99,33 @@ def _slots(slot_mapping, token_shape, n_slots):
     return slots
 
 
-def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
-    """``Rope.cache_write`` on ndarrays; ``norm``: a ``pyrope.RMSNorm`` or None. Returns ``(k_cache, v_cache)``."""
+class Layout:
+    """What a write depends on but its pointers: the checked shapes, strides and
+    dtypes of k, v and the caches, the norm's stage, and the Call for sources
+    laid out as ``k4``/``v4`` (built by :meth:`call`)."""
+
+    __slots__ = ("kv_heads", "n_slots", "block_size", "k_strides", "v_strides", "stage", "token_shape",
+                 "k_dtype", "k_cache_dtype", "v_cache_dtype", "small", "head_dim")
+
+    def call(self, rope, k4, v4, k_cache, v_cache):
+        """The staged ``Call`` writing ``k4`` (and ``v4``: values, or None) into the caches."""
+        n_seq = self.token_shape[-1]
+        slot_strides = (0 if k4.shape[0] == 1 else n_seq, 1)
+        place = (self.n_slots, self.block_size)
+        tensors = [(self.kv_heads, _plan.element_strides(k4), self.k_strides)]
+        firsts = [(_plan._first_element(k4), _plan._first_element(k_cache))]
+        stages = [_stages.slot_fields(_stages.fields(self.stage, True, self.k_cache_dtype, place), slot_strides)]
+        if v4 is not None:
+            tensors.append((self.kv_heads, _plan.element_strides(v4), self.v_strides))
+            firsts.append((_plan._first_element(v4), _plan._first_element(v_cache)))
+            stages.append(_stages.slot_fields(_stages.fields(None, False, self.v_cache_dtype, place), slot_strides))
+        return Call(self.k_dtype, rope.layout, False, k4.shape[0], n_seq, rope.head_dim, rope.rotary_dim, tensors,
+                    firsts, stages)
+
+
+def _layout(rope, k, v, k_cache, v_cache, norm, layout):
+    """The :class:`Layout` of a write, every check that needs no pointer made
+    (TypeError/ValueError naming the argument)."""
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ValueError(f"layout must be 'NHD' ([num_blocks, block_size, kv_heads, head_dim]) or 'HND' "
                          f"([num_blocks, kv_heads, block_size, head_dim]), got {layout!r}")
@@ -109,28 +141,45 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
         as_float_array("v", v, (k.dtype,))
         if v.shape != k.shape:
             raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
-    kv_heads = k.shape[-2]
-    blocks, block_size, k_strides = _check_cache("k_cache", k_cache, k.dtype, kv_heads, head_dim, layout)
+    w = Layout()
+    w.kv_heads = kv_heads = k.shape[-2]
+    blocks, w.block_size, w.k_strides = _check_cache("k_cache", k_cache, k.dtype, kv_heads, head_dim, layout)
+    w.v_strides = w.v_cache_dtype = None
     if v_cache is not None:
-        _, _, v_strides = _check_cache("v_cache", v_cache, k.dtype, kv_heads, head_dim, layout)
+        _, _, w.v_strides = _check_cache("v_cache", v_cache, k.dtype, kv_heads, head_dim, layout)
         if v_cache.shape != k_cache.shape:
             raise ValueError(f"v_cache must have k_cache's shape {k_cache.shape}, got {v_cache.shape}")
-        if _plan.overlap(k_cache, v_cache):
-            raise ValueError("k_cache and v_cache overlap: one cache would overwrite the other")
+        w.v_cache_dtype = v_cache.dtype
+    w.stage = None
+    if norm is not None:
+        _stages.check_stage_dim("norm", head_dim)
+        w.stage = norm.stage("norm", k.dtype, head_dim, kv_heads)
+    elif k_cache.dtype != k.dtype or (v_cache is not None and v_cache.dtype != k.dtype):
+        _stages.check_stage_dim("k_cache" if k_cache.dtype != k.dtype else "v_cache", head_dim)
+    w.n_slots = blocks * w.block_size
+    w.token_shape = k.shape[:-2]
+    w.k_dtype, w.k_cache_dtype = k.dtype, k_cache.dtype
+    return w
+
+
+def _apart(k, v, k_cache, v_cache):
+    """Refuse caches that overlap each other, or k or v (ValueError naming both)."""
+    if v_cache is not None and _plan.overlap(k_cache, v_cache):
+        raise ValueError("k_cache and v_cache overlap: one cache would overwrite the other")
     for name, x in (("k", k), ("v", v)):
         for cname, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if x is not None and cache is not None and _plan.overlap(x, cache):
                 raise ValueError(f"{name} and {cname} overlap: the write would change what it reads")
-    stage = None
-    if norm is not None:
-        _stages.check_stage_dim("norm", head_dim)
-        stage = norm.stage("norm", k.dtype, head_dim, kv_heads)
-    elif k_cache.dtype != k.dtype or (v_cache is not None and v_cache.dtype != k.dtype):
-        _stages.check_stage_dim("k_cache" if k_cache.dtype != k.dtype else "v_cache", head_dim)
-    n_slots = blocks * block_size
-    token_shape = k.shape[:-2]
-    slots = _slots(slot_mapping, token_shape, n_slots)
-    batch_shape, n_seq = token_shape[:-1], token_shape[-1]
+
+
+def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
+    """``Rope.cache_write`` on ndarrays, planned in full (:func:`direct` is the
+    memoised path for decode-shaped calls); ``norm``: a ``pyrope.RMSNorm`` or
+    None. Returns ``(k_cache, v_cache)``."""
+    w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
+    _apart(k, v, k_cache, v_cache)
+    slots = _slots(slot_mapping, w.token_shape, w.n_slots)
+    batch_shape, n_seq = w.token_shape[:-1], w.token_shape[-1]
     offset = as_int("offset", offset)
     if positions is not None and offset != 0:
         raise ValueError(f"pass either positions or offset, not both (offset={offset})")
@@ -143,26 +192,89 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
     if empty:
         return k_cache, v_cache
     k4 = _source("k", k)
-    tensors = [(kv_heads, _plan.element_strides(k4), k_strides)]
-    firsts = [(_plan._first_element(k4), _plan._first_element(k_cache))]
-    slot_strides = (0 if slots.shape[0] == 1 else n_seq, 1)
-    stages = [_stages.slot_fields(_stages.fields(stage, True, k_cache.dtype, (n_slots, block_size)), slot_strides)]
-    sources, results = [k4], [k_cache]
-    data = [(_stages.weight_pointer(stage), slots)]
-    if v is not None:
-        v4 = _source("v", v)
-        tensors.append((kv_heads, _plan.element_strides(v4), v_strides))
-        firsts.append((_plan._first_element(v4), _plan._first_element(v_cache)))
-        stages.append(_stages.slot_fields(_stages.fields(None, False, v_cache.dtype, (n_slots, block_size)),
-                                          slot_strides))
-        sources.append(v4)
-        results.append(v_cache)
-        data.append((_stages.NULL, slots))
-    call = Call(k.dtype, rope.layout, False, k4.shape[0], n_seq, head_dim, rope.rotary_dim, tensors, firsts, stages)
+    v4 = None if v is None else _source("v", v)
+    call = w.call(rope, k4, v4, k_cache, v_cache)
+    sources, results = (k4,) if v is None else (k4, v4), (k_cache,) if v is None else (k_cache, v_cache)
     template, c_positions, keep = rope._angles_for(positions, offset, n_seq, "auto", k.dtype)
     strides = (0, 0, 0) if c_positions is None else _plan.position_strides(c_positions)
     if c_positions is not None:
         c_positions = _plan.positions_apart(c_positions, results)
-    call.launch(sources, results, template, c_positions, offset, where, strides, sections, False, data)
+    call.launch(sources, results, template, c_positions, offset, where, strides, sections, False,
+                _stage_data(w.stage, slots, v is not None))
     del keep   # the rows the template pointed into lived until here
     return k_cache, v_cache
+
+
+def _stage_data(stage, slots, with_values):
+    """The launch's stage data: k's norm weights and slots, and v's slots."""
+    data = (_stages.weight_pointer(stage), slots)
+    return (data, (_stages.NULL, slots)) if with_values else (data,)
+
+
+# ---- the memo: a decode step's repeated writes -----------------------------------------------
+
+_WRITES = {}   # key -> (Layout, Call) or None (the general path plans these)
+_MAX_WRITES = 256
+
+
+def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
+    """The write through the memo, or False (nothing written): the general path
+    decides. For C-contiguous ndarrays k and v (None with v_cache None),
+    ndarray caches and slot_mapping, an int offset and positions None or an
+    ndarray (the caller checks the types)."""
+    stage = None if norm is None else (norm.over, norm.eps, norm.weight is None)
+    key = (k.shape, k.dtype, k_cache.shape, k_cache.strides, k_cache.dtype,
+           None if v_cache is None else (v.shape, v.dtype, v_cache.shape, v_cache.strides, v_cache.dtype),
+           slot_mapping.shape, slot_mapping.dtype, layout, stage, rope._plan_tag)
+    planned = _WRITES.get(key, _UNPLANNED)
+    if planned is _UNPLANNED:
+        planned = _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout)
+    if planned is None:
+        return False
+    w, call = planned
+    # this call's norm: planned alike (kind, eps, a weight or none), its own weights
+    weight = _NULL if norm is None else _stages.weight_pointer(norm.stage("norm", k.dtype, w.head_dim, w.kv_heads))
+    # overlaps by byte bounds: any that might share a byte go to the general path
+    if may_share(k, k_cache) or (v_cache is not None and (
+            may_share(k, v_cache) or may_share(v, k_cache) or may_share(v, v_cache) or may_share(k_cache, v_cache))):
+        return False
+    rows = rope._rows_for(np.float64).window if call.wide else rope._tables.window
+    if rows is None:
+        return False
+    if w.small:   # a decode step: checked in Python ints
+        listed = (slot_mapping if slot_mapping.ndim == 1 else slot_mapping.ravel()).tolist()
+        skipped = listed.count(-1)
+        if (max(listed) >= w.n_slots or min(listed) < -1
+                or len(set(listed)) != len(listed) - skipped + (skipped > 0)):
+            return False   # out of range or twice: the general path names it
+        slots = slot_mapping if slot_mapping.dtype is _INT64 and slot_mapping.flags.c_contiguous else (
+            slot_mapping.astype(np.int64))
+    else:
+        slots = _slots(slot_mapping, w.token_shape, w.n_slots)
+    # k and v themselves: C-contiguous, their buffers are the planned [B, seq, heads, dim] views
+    if v is None:
+        return call.launch((k,), (k_cache,), rows.angles, positions, offset, where, None, None, True,
+                           ((weight, slots),))
+    return call.launch((k, v), (k_cache, v_cache), rows.angles, positions, offset, where, None, None, True,
+                       ((weight, slots), (_NULL, slots)))
+
+
+def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
+    """Plan and memoise a direct write (None: the general path takes these);
+    refusals raise, as the general path would raise them."""
+    planned = None
+    if k.size and k.ndim in (3, 4) and slot_mapping.dtype.kind in "iu":
+        w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
+        if slot_mapping.shape == w.token_shape:
+            w.small = slot_mapping.size <= _SMALL
+            w.head_dim = rope.head_dim
+            planned = (w, w.call(rope, _plan.as_4d(k), None if v is None else _plan.as_4d(v), k_cache, v_cache))
+    if len(_WRITES) >= _MAX_WRITES:
+        _WRITES.clear()
+    _WRITES[key] = planned
+    return planned
+
+
+_UNPLANNED = object()
+_NULL = _stages.NULL
+_INT64 = np.dtype(np.int64)

@@ -536,7 +536,7 @@ def _addressable(a):
     return a.strides[-1] == item and all(s % item == 0 for n, s in zip(a.shape, a.strides) if n != 1)
 
 
-def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
+def plan_direct(arrays, outs, seq_axis, inverse, rope_key, norms=None):
     """``(call, None)``: the ``_launcher.Call`` for ``arrays`` (one per tensor,
     validated as the general path validates them) written to ``outs`` (per
     tensor: the array itself for in place, None for a new array from
@@ -544,7 +544,9 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
     reason)`` when the arrays need the general path, ``reason`` a phrase
     naming the array. Depends on shapes, strides and dtypes only, never on
     pointers: overlaps *between* arrays and pointer alignment are the
-    caller's to check per call (the direct path does, C checks alignment)."""
+    caller's to check per call (the direct path does, C checks alignment).
+    ``norms``: None, or per array the ``(over, scale, eps)`` of its norm or
+    None (a staged Call: each launch gives the weights)."""
     first = arrays[0]
     layout, rotary_dim, head_dim = rope_key
     names = ("x",) if len(arrays) == 1 else ("q", "k")
@@ -579,11 +581,12 @@ def plan_direct(arrays, outs, seq_axis, inverse, rope_key):
         tensors.append((v.shape[2], element_strides(v), element_strides(w)))
         firsts.append((_first_element(x), _first_element(result)))
     v = as_4d(token_view(first, seq_axis))
+    stages = None if norms is None else [_stages.fields(n) for n in norms]
     return _launcher.Call(first.dtype, layout, inverse, v.shape[0], v.shape[1], v.shape[3], rotary_dim, tensors,
-                          firsts), None
+                          firsts, stages), None
 
 
-def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):
+def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None, norms=None):
     """The memoised :func:`plan_direct` of ``arrays`` and ``outs`` (None: every
     array in place), or None when they need the general path (a seq_axis
     other than -3 or -2, fewer than 3 dims, empty, another head size or a
@@ -595,7 +598,7 @@ def direct_call(key, arrays, seq_axis, inverse, rope_key, outs=None):
     Planned once per ``key`` (from :func:`direct_key`); callers look
     ``CALLS[key]`` up first (refusals are kept too, as None), so a repeated
     call is a dict lookup."""
-    call, _ = plan_direct(arrays, arrays if outs is None else outs, seq_axis, inverse, rope_key)
+    call, _ = plan_direct(arrays, arrays if outs is None else outs, seq_axis, inverse, rope_key, norms)
     if len(CALLS) >= _MAX_CALLS:
         CALLS.clear()
     CALLS[key] = call

@@ -121,6 +121,10 @@ def test_in_place_strided_seq_axis_and_out():
     assert rope.apply(x, out=out, norm=norm) is out and np.array_equal(out, want)
     t = np.ascontiguousarray(x.swapaxes(-3, -2))   # [batch, heads, seq, dim]
     assert np.array_equal(rope.apply(t, seq_axis=-2, norm=norm).swapaxes(-3, -2), want)
+    across = RMSNorm(np.linspace(0.5, 2, 64), over="token")   # 2 heads of 32
+    assert np.array_equal(rope.apply(t, seq_axis=-2, norm=across).swapaxes(-3, -2), rope.apply(x, norm=across))
+    with pytest.raises(ValueError, match=r"norm\.weight.*64"):
+        rope.apply(t[:, :1], seq_axis=-2, norm=across)
     wide = np.zeros((3, 5, 2, 64), np.float32)
     wide[..., ::2] = x                      # a last axis that is not contiguous: the general path copies
     assert np.array_equal(rope.apply(wide[..., ::2], norm=norm), want)
