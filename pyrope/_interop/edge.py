@@ -138,7 +138,8 @@ class Edge:
     """
 
     __slots__ = ("where", "_names", "_inputs", "_out", "_pair", "_positions", "_dtypes", "_written",
-                 "_like", "_adjoint", "_native", "_examples", "_data", "_scan", "_lean", "_lean_pair", "_out_labels")
+                 "_like", "_adjoint", "_native", "_examples", "_data", "_scan", "_lean", "_lean_pair", "_lean_write",
+                 "_out_labels")
 
     def __init__(self, where, params, *, inputs=(), out=None, pair=False, positions=(), dtypes=(),
                  written=(), like=None, adjoint=None, native=False, examples=False, data=True):
@@ -165,6 +166,9 @@ class Edge:
                  and not native and not examples)
         self._lean = plain and len(self._inputs) == 1 and not pair
         self._lean_pair = plain and len(self._inputs) == 2 and pair
+        # an entry writing some of its inputs in place and returning them (Rope.cache_write)
+        self._lean_write = (self._out is None and bool(self._written) and self._like == "" and not self._dtypes
+                            and not native and not examples and adjoint is None)
 
     def crosses(self, value, pair=False):
         """Is ``value`` (an argument; with ``pair``, possibly a pair of them)
@@ -189,6 +193,12 @@ class Edge:
             return self._convert_one(fn, args)
         if self._lean_pair:
             return self._convert_pair(fn, args)
+        if self._lean_write:
+            return self._convert_written(fn, args)
+        return self._convert_general(fn, args)
+
+    def _convert_general(self, fn, args):
+        """:meth:`convert` through a :class:`Bridge`: any entry, any foreign object."""
         args = list(args)
         given = tuple(args)
         originals = [args[i] for i in self._inputs]
@@ -280,6 +290,39 @@ class Edge:
             sys.modules["torch"].autograd.graph.increment_version(written)
         return (qo if qo is not None else new_like(rq, q, names[iq]) if qa is not q and type(rq) is _ndarray else rq,
                 ko if ko is not None else new_like(rk, k, names[ik]) if ka is not k and type(rk) is _ndarray else rk)
+
+    def _convert_written(self, fn, args):
+        """:meth:`convert` for an entry that writes inputs in place and returns
+        some of them: each torch tensor viewed as it comes (no Bridge), other
+        DLPack objects through the general conversion; the written tensors'
+        versions bumped; a result that is a view of an argument returned as
+        that argument."""
+        torch = sys.modules.get("torch")
+        names, data = self._names, self._data
+        given = [args[i] for i in self._inputs + self._positions]
+        if torch is None or not all(g is None or isinstance(g, (_ndarray, torch.Tensor)) for g in given):
+            return self._convert_general(fn, args)
+        if grad_needed(given):
+            return self._differentiate(fn, list(args), [args[i] for i in self._inputs], [])
+        args = list(args)
+        views = []
+        for i in self._inputs + self._positions:
+            a = args[i]
+            if a is not None and not isinstance(a, _ndarray):
+                args[i] = as_array(names[i], a, data and i in self._inputs)
+                views.append((args[i], a))
+        result = fn(*args)
+        written = [args_i for args_i in (given[self._inputs.index(i)] for i in self._written)
+                   if isinstance(args_i, torch.Tensor)]
+        if written:
+            torch.autograd.graph.increment_version(written)
+
+        def back(r):
+            for v, o in views:
+                if v is r:
+                    return o
+            return r
+        return tuple(back(r) for r in result) if type(result) is tuple else back(result)
 
     def _outs(self, args):
         """The output argument as a list, one item per input (pairs) or one."""

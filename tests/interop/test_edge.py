@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import pyrope
-from pyrope import PartialRotary, Rope, apply_varlen, cache, layout, positions
+from pyrope import PartialRotary, RMSNorm, Rope, apply_varlen, cache, layout, positions
 from pyrope._interop.views import is_foreign
 from pyrope.onnx_interop import onnx_rotary_embedding
 
@@ -78,6 +78,9 @@ def calls(make):
     partial = PartialRotary(16, rotary_dim=8, convention="prefix", layout="split_half")
     cos, sin = ROPE.cos_sin(np.arange(8))
     heads = make(1, 5, 2, 16, seed=5)
+    packed_v = make(5, 2, 16, seed=7)
+    paged_k, paged_v = make(3, 4, 2, 16, seed=8), make(3, 4, 2, 16, seed=9)
+    slots = torch.tensor([9, 0, -1, 4, 2], dtype=torch.int32)
     return {
         "apply": lambda: ROPE.apply(x, offset=3),
         "apply in place": lambda: ROPE.apply(x, offset=3, out=x),
@@ -99,6 +102,9 @@ def calls(make):
             heads.permute(0, 2, 1, 3) if isinstance(heads, torch.Tensor) else heads, cos, sin,
             pos.reshape(1, 5) if isinstance(heads, torch.Tensor) else np.arange(3, 8).reshape(1, 5)),
         "layout.convert_heads": lambda: layout.convert_heads(x, "split_half", "interleaved"),
+        "cache_write": lambda: ROPE.cache_write(packed, packed_v, paged_k, paged_v, slots, offset=2),
+        "cache_write, keys only with a norm": lambda: ROPE.cache_write(packed, None, paged_k, None, slots,
+                                                                       norm=RMSNorm(np.ones(16))),
     }
 
 
@@ -118,7 +124,7 @@ def wrapped(*shape, seed=0):
 
 
 @pytest.mark.parametrize("name", ["apply", "apply in place", "apply_qk", "prepared call", "apply_varlen",
-                                  "layout.convert_heads"])
+                                  "layout.convert_heads", "cache_write"])
 def test_the_engine_sees_ndarrays_only_for_dlpack_objects(name):
     call = calls(wrapped)[name]
     call()
