@@ -47,6 +47,8 @@ def _check_cache(name, cache, data_dtype, kv_heads, head_dim, layout):
                          f"(layout={layout!r}), got shape {cache.shape}")
     if not cache.flags.writeable:
         raise ValueError(f"{name} is read-only")
+    if cache.size == 0:   # no slot (numpy gives such arrays any strides): every token must be -1
+        return blocks, block_size, (0, 0, 0)
     item = cache.itemsize
     if cache.strides[-1] != item or any(s % item for s in cache.strides) or not cache.flags.aligned:
         raise ValueError(f"{name} (strides {cache.strides}) must have a contiguous last axis and aligned "
@@ -185,7 +187,7 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
         raise ValueError(f"pass either positions or offset, not both (offset={offset})")
     if positions is None and (offset < -MAX_POSITION or offset + max(n_seq - 1, 0) > MAX_POSITION):
         raise ValueError(f"offset + seq must stay within +-{MAX_POSITION}, got offset={offset}, seq={n_seq}")
-    empty = k.size == 0
+    empty = k.size == 0 or w.n_slots == 0   # no token, or every slot -1 (checked above)
     sections = None
     if positions is not None:
         positions, sections = rope._token_positions(positions, batch_shape, n_seq, not empty)
@@ -263,7 +265,7 @@ def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
     """Plan and memoise a direct write (None: the general path takes these);
     refusals raise, as the general path would raise them."""
     planned = None
-    if k.size and k.ndim in (3, 4) and slot_mapping.dtype.kind in "iu":
+    if k.size and k_cache.size and k.ndim in (3, 4) and slot_mapping.dtype.kind in "iu":
         w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
         if slot_mapping.shape == w.token_shape:
             w.small = slot_mapping.size <= _SMALL

@@ -218,3 +218,37 @@ def test_torch_tensors_are_written_in_their_own_storage():
     assert np.array_equal(bits(slots_view(va, "HND")[s]), bits(v.numpy().astype(BF16)))
     with pytest.raises(ValueError, match="not differentiable"):
         rope.cache_write(k.requires_grad_(), None, kc, None, slots)
+
+
+def test_caches_as_views_of_larger_storage():
+    """A layer's cache inside a [layers, ...] allocation, blocks in reverse order,
+    a memory-mapped file: written where they are."""
+    rope = Rope(16, layout="split_half")
+    k = rand((3, 2, 16), seed=10)
+    slots = np.array([0, 5, 15])
+    stacked = np.zeros((4, 5, 4, 2, 16), np.float32)
+    reversed_blocks = np.zeros((4, 4, 2, 16), np.float32)[::-1]
+    for kc in (stacked[:, 2], reversed_blocks):
+        rope.cache_write(k, None, kc, None, slots)
+        assert np.array_equal(kc[slots // 4, slots % 4], rope.apply(k))
+        assert np.count_nonzero(kc) == np.count_nonzero(rope.apply(k))
+    assert not stacked[:, [0, 1, 3, 4]].any()
+
+
+def test_a_cache_without_slots_takes_only_padding():
+    rope = Rope(16, layout="split_half")
+    k = rand((3, 2, 16))
+    empty = np.zeros((0, 4, 2, 16), np.float32)
+    rope.cache_write(k, k, empty, empty.copy(), np.full(3, -1))
+    with pytest.raises(ValueError, match=r"slot_mapping must hold slots in \[0, 0\)"):
+        rope.cache_write(k, k, empty, empty.copy(), np.array([0, -1, -1]))
+
+
+@pytest.mark.parametrize("bad, error, words", [
+    (np.array([0, 5, 2 ** 64 - 1, 1], np.uint64), ValueError, "got 18446744073709551615"),
+    (np.array([True, False, True, False]), TypeError, "integer array"),
+    (np.ma.array([0, 5, 7, 1]), TypeError, "masked"),
+    ([0, 1, 2, 1], ValueError, "slot 1 twice"),
+])
+def test_hostile_slot_mappings(bad, error, words):
+    refused(error, words, slot_mapping=bad)
