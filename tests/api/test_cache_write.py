@@ -252,3 +252,29 @@ def test_a_cache_without_slots_takes_only_padding():
 ])
 def test_hostile_slot_mappings(bad, error, words):
     refused(error, words, slot_mapping=bad)
+
+
+def test_threads_writing_at_once_get_what_one_thread_gets():
+    import threading
+    rope = Rope(64, layout="interleaved")
+    norm = RMSNorm(np.linspace(0.5, 1.5, 64))
+    k, v = rand((16, 4, 64), seed=11), rand((16, 4, 64), seed=12)
+    slots = np.random.default_rng(3).permutation(64)[:16]
+    want = cache(16, 4, 4, 64, np.float32, "NHD")
+    rope.cache_write(k, v, want, want.copy(), slots, offset=9, norm=norm)
+    caches = [cache(16, 4, 4, 64, np.float32, "NHD") for _ in range(8)]
+    errors = []
+
+    def work(kc):
+        try:
+            for step in range(50):
+                rope.cache_write(k, v, kc, np.empty_like(kc), slots, offset=9, norm=norm)
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(c,)) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(np.array_equal(bits(c), bits(want)) for c in caches)
