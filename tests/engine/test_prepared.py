@@ -3,7 +3,6 @@ bit for bit those of apply (and within the bound of the reference), no plan
 per call, clear errors for arrays that do not match the plan, the general
 path for what the plan does not cover."""
 import os
-import re
 import threading
 
 import ml_dtypes
@@ -12,6 +11,7 @@ import pytest
 
 from pyrope import Rope
 from pyrope.rope import PreparedRotation
+import readme_blocks
 from array_bits import bits
 from tolerance import assert_rotation_close, reference_rotation
 
@@ -22,9 +22,13 @@ GENERAL = {"angles": "table"}
 
 # ---- docs/BACKENDS.md ------------------------------------------------------------------
 
+# the sections this test runs; "A decode step over a paged cache" is tests/interop/test_decode_step.py's
+SECTIONS = ("## `out=` a slice of the cache", "## Prepared calls")
+
+
 def backends_blocks():
-    with open(os.path.join(ROOT, "docs", "BACKENDS.md"), encoding="utf-8") as f:
-        return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    return [b.text for b in readme_blocks.fenced_blocks(os.path.join(ROOT, "docs", "BACKENDS.md"))
+            if b.language == "python" and b.section in SECTIONS]
 
 
 def test_the_backends_page_runs_and_its_caches_hold_the_reference(isa):
