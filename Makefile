@@ -57,20 +57,32 @@ bench: install-bench
 clean:
 	rm -rf build *.egg-info pyrope/_pyrope_cffi* pyrope/lib pyrope/include .pytest_cache .benchmarks
 
-# The C library: docs/examples/decode_loop.c built with the command
-# docs/examples/README.md documents (read from there), against this checkout
-# (c-example) or against the wheel installed in a throwaway venv (check-wheel,
-# which also lists the wheel's C files). Neither touches the installed package.
+# The C library: the C examples (docs/examples/decode_loop.c, paged_write.c)
+# each built with the command docs/examples/README.md documents for it (read
+# from there), against this checkout (c-example) or against the wheel installed
+# in a throwaway venv (check-wheel, which also lists the wheel's C files), and
+# run: a program's exit status counts (its output goes to <name>.out, whose
+# last lines, the checks it made, are shown). Neither touches the installed
+# package.
 # check-wheel builds as pip builds for a user (in an isolated environment with
 # pyproject.toml's build requirements) and installs the wheel with its declared
 # dependencies into a venv without the system's site-packages: nothing installed
 # beside it can stand in for a build requirement or a dependency the wheel lacks.
-EXAMPLE_CMD = grep '^cc .*decode_loop.c' $(CURDIR)/docs/examples/README.md
+C_EXAMPLES = decode_loop paged_write
+CHECK_LINES_decode_loop = 2
+CHECK_LINES_paged_write = 1
+# $(call EXAMPLE_CMD,<name>): the documented command building <name>.c
+EXAMPLE_CMD = grep '^cc .* $(1)\.c ' $(CURDIR)/docs/examples/README.md
+# $(call RUN_EXAMPLE,<name>,<env>,<where ldd must find libpyrope>), in the example's directory
+RUN_EXAMPLE = $(2) sh -c "$$($(call EXAMPLE_CMD,$(1)))" && ldd $(1) | grep '$(3)' && \
+  ./$(1) > $(1).out && tail -$(CHECK_LINES_$(1)) $(1).out
 c-example: build
-	rm -rf build/c-example && mkdir -p build/c-example && cp docs/examples/decode_loop.c build/c-example/
-	cd build/c-example && PYTHONPATH=$(CURDIR) sh -c "$$($(EXAMPLE_CMD))" && ldd decode_loop | grep libpyrope && ./decode_loop | tail -2
+	rm -rf build/c-example && mkdir -p build/c-example && cp $(C_EXAMPLES:%=docs/examples/%.c) build/c-example/
+	cd build/c-example && $(foreach e,$(C_EXAMPLES),$(call RUN_EXAMPLE,$(e),PYTHONPATH=$(CURDIR),libpyrope) && ) true
 
 WHEEL_DIR = build/wheel
+WHEEL_BIN = $(CURDIR)/$(WHEEL_DIR)/venv/bin
+WHEEL_LIB = $(CURDIR)/$(WHEEL_DIR)/venv/.*/libpyrope
 check-wheel:
 	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
 	$(PIP) wheel --quiet --no-deps -w $(WHEEL_DIR) .
@@ -81,9 +93,8 @@ check-wheel:
 	$(PYTHON) -m venv $(WHEEL_DIR)/venv
 	$(WHEEL_DIR)/venv/bin/pip install --quiet --disable-pip-version-check $(WHEEL_DIR)/*.whl
 	cd $(WHEEL_DIR) && venv/bin/pyrope --version
-	cp docs/examples/decode_loop.c $(WHEEL_DIR)/
-	cd $(WHEEL_DIR) && PATH=$(CURDIR)/$(WHEEL_DIR)/venv/bin:$$PATH sh -c "$$($(EXAMPLE_CMD))" && \
-	  ldd decode_loop | grep '$(CURDIR)/$(WHEEL_DIR)/venv/.*/libpyrope' && ./decode_loop | tail -2
+	cp $(C_EXAMPLES:%=docs/examples/%.c) $(WHEEL_DIR)/
+	cd $(WHEEL_DIR) && $(foreach e,$(C_EXAMPLES),$(call RUN_EXAMPLE,$(e),PATH=$(WHEEL_BIN):$$PATH,$(WHEEL_LIB)) && ) true
 
 # The C core under AddressSanitizer + UndefinedBehaviorSanitizer: a separate
 # build in build/sanitize (the normal in-place build is left alone), then the

@@ -1,9 +1,11 @@
 """The C library the package ships for C and C++ programs: libpyrope (the API of
 csrc/pyrope.h and nothing else, soname with the ABI number), pyrope.h (standing
 alone in C11 and C++) and pyrope.pc, where pyrope.get_include() and
-pyrope.get_library_path() say. docs/examples/decode_loop.c is built with the
-command its documentation gives, run, and its output compared with
-pyrope.reference and, bit for bit, with the numpy API.
+pyrope.get_library_path() say. The examples in docs/examples are built with the
+commands their documentation gives and run: decode_loop.c's output is compared
+with pyrope.reference and, bit for bit, with the numpy API; paged_write.c's
+(QK-norm, rotation and a paged-cache write in one rope_rotate_staged call per
+step) bit for bit with Rope.apply and Rope.cache_write with pyrope.RMSNorm.
 
 Needs cc, c++, pkg-config, nm and readelf (binutils), as building the package does."""
 import ctypes
@@ -25,9 +27,10 @@ from tolerance import assert_rotation_close
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "docs", "examples")
 HEADER_SOURCE = os.path.join(ROOT, "csrc", "pyrope.h")
-# where the command is documented (the first is where it lives; the others must repeat it exactly)
-COMMAND_DOCS = [os.path.join(EXAMPLES, "README.md"), os.path.join(EXAMPLES, "decode_loop.c"),
-                os.path.join(ROOT, "README.md")]
+SOURCES = ("decode_loop.c", "paged_write.c")
+# where each example's command is documented (the first is where it lives; the others must repeat it exactly)
+COMMAND_DOCS = {source: [os.path.join(EXAMPLES, "README.md"), os.path.join(EXAMPLES, source),
+                         os.path.join(ROOT, "README.md")] for source in SOURCES}
 
 
 def header_defines():
@@ -52,6 +55,7 @@ SONAME = f"libpyrope.so.{ABI}"
 MAJOR, MINOR, PATCH = (int(p) for p in pyrope.__version__.split("."))
 ENCODED = MAJOR * 10000 + MINOR * 100 + PATCH
 POSITION_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_POSITION)).decode()
+SLOT_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_SLOT)).decode()
 
 
 def shell_env():
@@ -69,26 +73,38 @@ def run(argv, **kw):
     return proc.stdout
 
 
-def commands_in(path):
-    """The `cc` command lines building decode_loop.c in a file (comment markers stripped)."""
+def commands_in(path, source):
+    """The `cc` command lines building source (an example's file name) in a file (comment markers stripped)."""
     with open(path, encoding="utf-8") as f:
         lines = [re.sub(r"^\s*(\*|#|//)?\s*", "", line).rstrip() for line in f]
-    return [line for line in lines if line.startswith("cc ") and "decode_loop.c" in line]
+    return [line for line in lines if line.startswith("cc ") and re.search(rf"(^|\s){re.escape(source)}(\s|$)", line)]
 
 
-def documented_command():
-    found = commands_in(COMMAND_DOCS[0])
-    assert len(found) == 1, f"{COMMAND_DOCS[0]} must give one command building decode_loop.c, found {found}"
+def documented_command(source):
+    found = commands_in(COMMAND_DOCS[source][0], source)
+    assert len(found) == 1, f"{COMMAND_DOCS[source][0]} must give one command building {source}, found {found}"
     return found[0]
+
+
+def build_and_run(tmp_path_factory, source):
+    """An example built by its documented command in a fresh directory: (directory, stdout)."""
+    name = source[:-len(".c")]
+    where = tmp_path_factory.mktemp(name)
+    shutil.copy(os.path.join(EXAMPLES, source), where)
+    run(["sh", "-c", documented_command(source)], cwd=where, env=shell_env())
+    return where, run([os.path.join(where, name)], cwd=where)
 
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
-    """decode_loop built by the documented command in a fresh directory: (directory, stdout)."""
-    where = tmp_path_factory.mktemp("decode_loop")
-    shutil.copy(os.path.join(EXAMPLES, "decode_loop.c"), where)
-    run(["sh", "-c", documented_command()], cwd=where, env=shell_env())
-    return where, run([os.path.join(where, "decode_loop")], cwd=where)
+    """decode_loop built and run: (directory, stdout)."""
+    return build_and_run(tmp_path_factory, "decode_loop.c")
+
+
+@pytest.fixture(scope="module")
+def paged_example(tmp_path_factory):
+    """paged_write built and run: (directory, stdout)."""
+    return build_and_run(tmp_path_factory, "paged_write.c")
 
 
 def parse(stdout):
@@ -194,20 +210,30 @@ def test_header_compiles_alone_and_links(tmp_path, compiler, std, suffix):
     assert out.strip() == f"{ENCODED} {ABI} {ENCODED} {POSITION_REFUSED}|bfloat16"
 
 
-# ---- the example -------------------------------------------------------------
+# ---- the examples ------------------------------------------------------------
 
-def test_the_command_is_the_same_wherever_documented():
-    command = documented_command()
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_command_is_the_same_wherever_documented(source):
+    command = documented_command(source)
     assert "pkg-config" in command and "get_library_path" in command
-    for path in COMMAND_DOCS[1:]:
-        if path.endswith("README.md") and not commands_in(path):
+    for path in COMMAND_DOCS[source][1:]:
+        if path.endswith("README.md") and not commands_in(path, source):
             continue   # the top-level README may point to docs/examples instead of repeating it
-        assert set(commands_in(path)) == {command}, f"{path} gives another command than {COMMAND_DOCS[0]}"
+        assert set(commands_in(path, source)) == {command}, (
+            f"{path} gives another command for {source} than {COMMAND_DOCS[source][0]}")
 
 
-def test_example_links_this_package_library(example):
-    where, _ = example
-    ldd = run(["ldd", os.path.join(where, "decode_loop")])
+@pytest.mark.parametrize("source", SOURCES)
+def test_example_compiles_without_warnings(tmp_path, source):
+    # the flags a C engine's build would use, warnings as errors (-O2: the warnings that need the optimiser)
+    run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-I", pyrope.get_include(), "-c",
+         os.path.join(EXAMPLES, source), "-o", str(tmp_path / "example.o")])
+
+
+@pytest.mark.parametrize("fixture, program", [("example", "decode_loop"), ("paged_example", "paged_write")])
+def test_example_links_this_package_library(request, fixture, program):
+    where, _ = request.getfixturevalue(fixture)
+    ldd = run(["ldd", os.path.join(where, program)])
     found = re.search(rf"^\s*{re.escape(SONAME)} => (\S+)", ldd, re.M)
     assert found, ldd
     assert os.path.realpath(found.group(1)) == os.path.realpath(os.path.join(pyrope.get_library_path(), SONAME))
@@ -240,3 +266,126 @@ def test_example_matches_the_numpy_api_bit_for_bit(example):
     for (name, pos, h), v in vectors.items():
         got = rope.apply(v["in"].reshape(1, 1, 64), offset=pos).reshape(64)
         assert got.tobytes() == v["out"].tobytes(), (name, pos, h)
+
+
+# ---- paged_write.c: QK-norm, rotation and the paged cache ---------------------
+
+def parse_paged(stdout):
+    """paged_write's output: {"inv_freq", "q_norm", "k_norm": [floats], "eps", "unwritten": float,
+    "steps": [(first position, tokens)], "slots": {position: slot},
+    "vectors": {(name, position, head): {"in"|"out": float32 values}},
+    "k_cache", "v_cache": float32 [blocks, block_size, heads, dim], "last": the last line}."""
+    got = {"steps": [], "slots": {}, "vectors": {}}
+    rows = {"k_cache": {}, "v_cache": {}}
+    for line in stdout.splitlines():
+        words = line.split()
+        what = words[0]
+        if what in ("inv_freq", "q_norm", "k_norm"):
+            got[what] = [float.fromhex(w) for w in words[1:]]
+        elif what in ("eps", "unwritten"):
+            got[what] = float.fromhex(words[1])
+        elif what == "step":
+            got["steps"].append((int(words[1]), int(words[2])))
+        elif what == "slot":
+            got["slots"][int(words[1])] = int(words[2])
+        elif what in ("q", "k", "v"):
+            values = np.array([float.fromhex(w) for w in words[4:]], dtype=np.float32)   # exact: float32 values
+            got["vectors"].setdefault((what, int(words[1]), int(words[2])), {})[words[3]] = values
+        elif what in rows:
+            rows[what][tuple(int(w) for w in words[1:4])] = np.array([float.fromhex(w) for w in words[4:]],
+                                                                      dtype=np.float32)
+        else:
+            assert what == "refused:", f"a line this test does not know: {line!r}"
+            got["last"] = line
+    for name, found in rows.items():
+        shape = tuple(max(index[i] for index in found) + 1 for i in range(3))
+        assert len(found) == np.prod(shape), f"{name}: not every (block, row, head) printed"
+        cache = np.empty(shape + (len(next(iter(found.values()))),), dtype=np.float32)
+        for index, values in found.items():
+            cache[index] = values
+        got[name] = cache
+    assert stdout.splitlines()[-1] == got.get("last"), "the refused call is the last line"
+    return got
+
+
+def assert_same_bits(got, want, what):
+    got, want = np.ascontiguousarray(got), np.ascontiguousarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (what, got.shape, want.shape)
+    differ = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    if differ.size:
+        first = differ[0]
+        where = tuple(int(i) for i in np.unravel_index(first, got.shape))
+        raise AssertionError(f"{what}: {differ.size} of {got.size} values differ, first at {where}: "
+                             f"{got.flat[first]!r} != {want.flat[first]!r}")
+
+
+def stacked(vectors, name, positions, heads, kind="in"):
+    """The printed vectors ``name ... kind`` of these positions as [tokens, heads, dim] float32."""
+    return np.stack([np.stack([vectors[(name, p, h)][kind] for h in range(heads)]) for p in positions])
+
+
+def test_paged_example_steps_and_slots(paged_example):
+    _, stdout = paged_example
+    out = parse_paged(stdout)
+    # a prefill of several tokens, then decode steps of one, over positions 0, 1, ... in order
+    steps = out["steps"]
+    assert steps[0][1] > 1 and len(steps) > 2 and all(n == 1 for _, n in steps[1:])
+    assert [first for first, _ in steps] == list(np.cumsum([0] + [n for _, n in steps[:-1]]))
+    n_tokens = steps[-1][0] + steps[-1][1]
+    blocks, block_size, heads, dim = out["k_cache"].shape
+    assert (block_size, heads, dim) == (4, 2, 128) and out["v_cache"].shape == out["k_cache"].shape
+    # one slot per token, within the cache, none twice; a token's row in its block is its position's
+    slots = out["slots"]
+    assert sorted(slots) == list(range(n_tokens))
+    assert len(set(slots.values())) == n_tokens and all(0 <= s < blocks * block_size for s in slots.values())
+    assert all(s % block_size == p % block_size for p, s in slots.items())
+    # the sequence's blocks are the cache's out of order, and leave some of it to others
+    table = [slots[p] // block_size for p in range(0, n_tokens, block_size)]
+    assert table != sorted(table) and len(table) < blocks
+    # exact weights (multiples of 1/64), Qwen3's eps and rope_theta
+    for name in ("q_norm", "k_norm"):
+        weights = np.array(out[name])
+        assert weights.shape == (dim,) and np.all(weights * 64 == np.round(weights * 64)), name
+    assert out["eps"] == 1e-6
+    assert np.all(np.abs(np.array(out["inv_freq"]) - reference.pair_frequencies(dim, 1e6))
+                  <= np.spacing(reference.pair_frequencies(dim, 1e6)))
+    # a slot just past the cache: refused before anything is written
+    n_slots = blocks * block_size
+    assert out["last"] == f"refused: slot {n_slots} of a {n_slots}-slot cache: {SLOT_REFUSED}; caches untouched: yes"
+
+
+def test_paged_example_matches_the_numpy_api_bit_for_bit(paged_example):
+    _, stdout = paged_example
+    out = parse_paged(stdout)
+    vectors, slots = out["vectors"], out["slots"]
+    c_k_cache, c_v_cache = out["k_cache"], out["v_cache"]
+    _, _, n_kv, dim = c_k_cache.shape
+    n_q = 1 + max(h for name, _, h in vectors if name == "q")
+    rope = pyrope.Rope(dim, layout="split_half",
+                       scaling=Resolved(inv_freq=out["inv_freq"], attention_factor=1.0, rule="default", params={}))
+    # the C side's weights, float64 as RMSNorm multiplies by them
+    q_norm = pyrope.RMSNorm(np.array(out["q_norm"], dtype=np.float64), eps=out["eps"])
+    k_norm = pyrope.RMSNorm(np.array(out["k_norm"], dtype=np.float64), eps=out["eps"])
+    k_cache = np.full(c_k_cache.shape, out["unwritten"], dtype=np.float32)
+    v_cache = np.full(c_v_cache.shape, out["unwritten"], dtype=np.float32)
+    for first, n in out["steps"]:
+        positions = range(first, first + n)
+        q = stacked(vectors, "q", positions, n_q)
+        want = stacked(vectors, "q", positions, n_q, "out")
+        assert_same_bits(rope.apply(q, offset=first, norm=q_norm), want, f"q of the step at {first}")
+        k, v = stacked(vectors, "k", positions, n_kv), stacked(vectors, "v", positions, n_kv)
+        slot_mapping = np.array([slots[p] for p in positions], dtype=np.int64)
+        rope.cache_write(k, v, k_cache, v_cache, slot_mapping, offset=first, norm=k_norm)
+    assert_same_bits(c_k_cache, k_cache, "k_cache")
+    assert_same_bits(c_v_cache, v_cache, "v_cache")
+    # values are copied as they are; the slots no step wrote keep their initial value
+    block_size = c_k_cache.shape[1]
+    for p, s in slots.items():
+        for h in range(n_kv):
+            assert_same_bits(c_v_cache[s // block_size, s % block_size, h], vectors[("v", p, h)]["in"], f"v {p} {h}")
+    unwritten = np.ones(c_k_cache.shape[:2], dtype=bool)
+    for s in slots.values():
+        unwritten[s // block_size, s % block_size] = False
+    assert unwritten.any()
+    for cache in (c_k_cache, c_v_cache):
+        assert_same_bits(cache[unwritten], np.full(cache[unwritten].shape, out["unwritten"], np.float32), "unwritten")
