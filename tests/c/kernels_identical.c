@@ -9,7 +9,14 @@
  * guard bytes before and after each buffer must be left alone. A kernel
  * shared by several entries (one that an entry keeps from another) is run
  * once. Each entry's yardstick pass is compared with the scalar pass the
- * same way.
+ * same way, and so are its stage kernels (those of rope_rotate_staged:
+ * sumsq, normalise, widen, narrow_float, narrow_double) for every storage
+ * type: lengths 0..80 and the longer ones up to ROPE_MAX_STAGE_DIM (every
+ * tail of the vector steps), inputs and outputs at element-aligned offsets
+ * within 64 bytes, random values with NaNs (quiet, signalling, payloads),
+ * infinities, zeros of both signs, subnormals, huge values and rounding
+ * ties of the narrower types, sums of squares continued over several calls
+ * from any starting lanes, weights or none, and inv from 0 to infinity.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
  *      tests/c/kernels_identical.c $(find csrc -name '*.c') -lm -o build/kernels_identical
@@ -85,8 +92,9 @@ typedef struct {
     const char *name;
     rope_rot_fn rot[ROPE_N_DTYPES][2];
     rope_pass_fn pass;
+    const rope_kernels *kernels; /* a registry entry's table (its stage kernels), else NULL */
     int ref;
-    long cases, pass_cases, fails, nan_only;
+    long cases, pass_cases, stage_cases, fails, nan_only, stage_nan_only;
 } contender;
 
 enum { MAX_CONTENDERS = 32 };
@@ -127,6 +135,7 @@ static void find_contenders(void)
         c->name = rope_isa_name(isa);
         memcpy(c->rot, k->rot, sizeof c->rot);
         c->pass = k->pass;
+        c->kernels = k;
         c->ref = -1;
     }
 #ifdef BASELINE
@@ -380,6 +389,267 @@ static void check_passes(void)
     }
 }
 
+/* ---- the stage kernels --------------------------------------------------------- */
+
+enum { K_SUMSQ, K_NORMALISE, K_WIDEN, K_NARROW_FLOAT, K_NARROW_DOUBLE, N_KINDS };
+static const char *const KIND_NAMES[N_KINDS] = {"sumsq", "normalise", "widen", "narrow_float", "narrow_double"};
+
+/* Kernel `kind` of storage type dtype in table k, as a generic pointer (NULL:
+ * none; narrow_double is offered for some types only). */
+typedef void (*any_fn)(void);
+static any_fn stage_kernel(const rope_kernels *k, int kind, int dtype)
+{
+    switch (kind) {
+    case K_SUMSQ: return (any_fn)k->sumsq[dtype];
+    case K_NORMALISE: return (any_fn)k->normalise[dtype];
+    case K_WIDEN: return (any_fn)k->widen[dtype];
+    case K_NARROW_FLOAT: return (any_fn)k->narrow_float[dtype];
+    default: return (any_fn)k->narrow_double[dtype];
+    }
+}
+
+/* Inputs of the stage kernels, drawn once (put() is slow under an emulator):
+ * each storage type's elements, float32 and double values for the
+ * narrowings (stage_float, stage_double), weights and inv values. */
+enum { STAGE_POOL = 3 * ROPE_MAX_STAGE_DIM, STAGE_SLACK = 64 };
+static unsigned char stage_pool[ROPE_N_DTYPES][8 * (STAGE_POOL + STAGE_SLACK)];
+static float stage_float[STAGE_POOL + STAGE_SLACK];
+static double stage_double[STAGE_POOL + STAGE_SLACK], stage_w[STAGE_POOL + STAGE_SLACK];
+
+/* A float32 for the narrowings: any value, and those their roundings decide
+ * on: ties and near-ties of bfloat16 (bit 15) and float16 (normal: bit 12;
+ * subnormal results), the float16 overflow threshold, subnormal float32,
+ * NaNs with low payload bits (which the bfloat16 rounding carries into). */
+static float narrow_input(void)
+{
+    uint32_t u = (uint32_t)next();
+    switch (next() % 12) {
+    case 0: u = (u & 0xFFFF0000u) | 0x8000u; break;                  /* bfloat16 tie */
+    case 1: u = (u & 0xFFFF0000u) | (0x7FFFu + (uint32_t)(next() % 3)); break;
+    case 2: u = (u & 0x80000000u) | ((112u + (uint32_t)(next() % 32)) << 23) | (u & 0x7FE000u) | 0x1000u;
+        break;                                                       /* float16 tie */
+    case 3: u = (u & 0x80000000u) | ((100u + (uint32_t)(next() % 14)) << 23) | (u & 0x7FFFFFu);
+        break;                                                       /* float16 subnormal */
+    case 4: u = (u & 0x80000000u) | (0x477FE000u + (uint32_t)(next() % 0x2000u)); break; /* near 65520 */
+    case 5: u &= 0x807FFFFFu; break;                                 /* subnormal or zero */
+    case 6: u |= 0x7F800000u; break;                                 /* NaN (or inf) */
+    case 7: u = (u & 0x80000000u) | 0x7F800000u; break;              /* inf */
+    case 8: u &= 0x80000000u; break;                                 /* +-0 */
+    case 9: u = (u & 0x80000000u) | (0x7F7F0000u + (u & 0xFFFFu)); break; /* near FLT_MAX */
+    default: return (float)value();
+    }
+    return rope_bits_f32(u);
+}
+
+/* A double for narrow_double: any value, float32 ties (bit 28), results
+ * below float32's normal range and past its largest, NaN payloads. */
+static double narrow_double_input(void)
+{
+    uint64_t u = next();
+    double d;
+    switch (next() % 8) {
+    case 0: u = (u & 0xFFFFFFFFE0000000ull) | 0x10000000ull; break;   /* tie at float32 */
+    case 1: u = (u & 0x800FFFFFFFFFFFFFull) | ((uint64_t)(1023 - 126 - (int)(next() % 30)) << 52); break;
+    case 2: u = (u & 0x800FFFFFFFFFFFFFull) | ((uint64_t)(1023 + 127 + (int)(next() % 3)) << 52); break;
+    case 3: u |= 0x7FF0000000000000ull; break;                       /* NaN (or inf) */
+    case 4: u &= 0x800FFFFFFFFFFFFFull; break;                       /* double subnormal or zero */
+    default: return value();
+    }
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* A weight: mostly around 1, any sign, now and then a special value. */
+static double weight_value(void)
+{
+    static const double special[] = {0.0, -0.0, INFINITY, -INFINITY, 1e300, 1e-310, -2.5e-320};
+    const uint64_t r = next() % 40;
+    if (r == 0)
+        return special[next() % (sizeof special / sizeof special[0])];
+    if (r == 1) {
+        double d;
+        const uint64_t u = (next() & 0x800FFFFFFFFFFFFFull) | 0x7FF0000000000001ull;
+        memcpy(&d, &u, sizeof d);
+        return d;
+    }
+    return (uniform() * 4 - 2) * ldexp(1.0, (int)(next() % 9) - 4);
+}
+
+/* inv as the stages compute it, 1 / sqrt(mean + eps), and what a head of
+ * zeros, infinities or NaNs makes of it. */
+static double inv_value(void)
+{
+    switch (next() % 16) {
+    case 0: return 0.0;
+    case 1: return INFINITY;
+    case 2: return NAN;
+    case 3: return 1e300;
+    case 4: return 1e-300;
+    case 5: return 0x1p-1074;
+    default: return 1.0 / sqrt(uniform() * ldexp(1.0, (int)(next() % 40) - 20) + 1e-6);
+    }
+}
+
+static void stage_pools(void)
+{
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++)
+        for (int64_t k = 0; k < STAGE_POOL + STAGE_SLACK; k++)
+            put(dtype, stage_pool[dtype], k);
+    for (int64_t k = 0; k < STAGE_POOL + STAGE_SLACK; k++) {
+        stage_float[k] = narrow_input();
+        stage_double[k] = narrow_double_input();
+        stage_w[k] = weight_value();
+    }
+}
+
+/* Equal bits, or (not exact) both NaN: *nan_only set then. size: 2, 4 or 8
+ * (dtype >= 0: elements of that storage type, else float or double). */
+static int stage_same(const unsigned char *a, const unsigned char *b, int64_t n, int64_t size, int dtype,
+                      int *nan_only)
+{
+    int ok = 1;
+    for (int64_t k = 0; k < n; k++) {
+        if (memcmp(a + k * size, b + k * size, (size_t)size) == 0)
+            continue;
+        int both_nan;
+        if (dtype >= 0) {
+            both_nan = is_nan(dtype, a, k) && is_nan(dtype, b, k);
+        } else if (size == 4) {
+            float u, v;
+            memcpy(&u, a + 4 * k, 4);
+            memcpy(&v, b + 4 * k, 4);
+            both_nan = isnan(u) && isnan(v);
+        } else {
+            double u, v;
+            memcpy(&u, a + 8 * k, 8);
+            memcpy(&v, b + 8 * k, 8);
+            both_nan = isnan(u) && isnan(v);
+        }
+        if (both_nan)
+            *nan_only = 1;
+        else
+            ok = 0;
+    }
+    return ok;
+}
+
+/* One case of kernel `kind` of dtype: f (contender i's) against the scalar
+ * g on n elements, the input x_off bytes and the output y_off bytes past a
+ * 64-byte boundary; sumsq continues over `calls` calls of n elements each
+ * from the same starting lanes. */
+static void stage_case(int i, int kind, int dtype, any_fn f, any_fn g, int64_t n, int64_t x_off, int64_t y_off,
+                       int calls)
+{
+    const int64_t es = rope_dtype_size(dtype), as = ROPE_WIDE_ROWS[dtype] ? 8 : 4;
+    /* input element size and source; output element size */
+    const int64_t is = kind == K_NARROW_FLOAT ? 4 : kind == K_NARROW_DOUBLE ? 8 : es;
+    const int64_t os = kind == K_SUMSQ ? 8 : kind == K_NORMALISE || kind == K_WIDEN ? as : es;
+    const int64_t start = (int64_t)(next() % (uint64_t)(STAGE_POOL - calls * n + 1));
+    const unsigned char *src = kind == K_NARROW_FLOAT    ? (const unsigned char *)(stage_float + start)
+                               : kind == K_NARROW_DOUBLE ? (const unsigned char *)(stage_double + start)
+                                                         : stage_pool[dtype] + start * es;
+    const int weighted = next() % 3 != 0;
+    const double *w = stage_w + next() % (uint64_t)(STAGE_POOL - n + 1);
+    const double inv = inv_value();
+    double acc0[8];
+    for (int l = 0; l < 8; l++) { /* lanes as earlier heads leave them, now and then a special */
+        const uint64_t r = next() % 16;
+        acc0[l] = r == 0 ? -0.0 : r == 1 ? INFINITY : r == 2 ? NAN : r == 3 ? 0.0 : uniform() * 100;
+    }
+    const int64_t nin = calls * n, nout = kind == K_SUMSQ ? 8 : n;
+    static unsigned char out[2][8 * ROPE_MAX_STAGE_DIM + 64];
+    for (int r = 0; r < 16; r++)
+        guard[next() % GUARD] = (unsigned char)next();
+    for (int run = 0; run < 2; run++) {
+        const any_fn h = run ? f : g;
+        lay(0, x_off, src, nin * is);
+        unsigned char *x = work[0] + GUARD + x_off, *y = work[1] + GUARD + y_off;
+        if (kind == K_SUMSQ) {
+            lay(1, y_off, (const unsigned char *)acc0, 64);
+            for (int c = 0; c < calls; c++)
+                ((rope_sumsq_fn)h)(x + c * n * is, n, (double *)(void *)y);
+        } else {
+            memset(out[run], 0xA5, (size_t)(n * os));
+            lay(1, y_off, out[run], n * os);
+            if (kind == K_NORMALISE)
+                ((rope_normalise_fn)h)(x, n, inv, weighted ? w : NULL, y);
+            else
+                ((rope_convert_fn)h)(x, n, y);
+        }
+        if ((!guards_ok(0, x_off, nin * is) || !guards_ok(1, y_off, nout * os) ||
+             memcmp(x, src, (size_t)(nin * is)) != 0) && n_guard_fail++ < 20)
+            printf("GUARD BYTES OR INPUT WRITTEN by the %s %s kernel: %s n=%lld x_off=%lld y_off=%lld\n",
+                   run ? C[i].name : "scalar", KIND_NAMES[kind], NAMES[dtype], (long long)n, (long long)x_off,
+                   (long long)y_off);
+        memcpy(out[run], y, (size_t)(nout * os));
+    }
+    int nan_only = 0;
+    const int same = stage_same(out[1], out[0], nout, os, kind == K_NARROW_FLOAT || kind == K_NARROW_DOUBLE ? dtype : -1,
+                                &nan_only);
+    C[i].stage_cases++;
+    C[i].nan_only += nan_only;
+    C[i].stage_nan_only += nan_only;
+    if (!same && C[i].fails++ < 20)
+        printf("MISMATCH %s: %s %s n=%lld calls=%d x_off=%lld y_off=%lld%s (inv %g)\n", C[i].name,
+               KIND_NAMES[kind], NAMES[dtype], (long long)n, calls, (long long)x_off, (long long)y_off,
+               kind == K_NORMALISE ? (weighted ? " weighted" : " no weights") : "", kind == K_NORMALISE ? inv : 0.0);
+}
+
+/* Every contender's own stage kernels (those that are not the scalar ones,
+ * each function once) against the scalar ones. */
+static void check_stages(void)
+{
+    const rope_kernels *s = rope_isa_kernels(0);
+    int64_t lengths[200];
+    int n_lengths = 0;
+    for (int64_t n = 0; n <= 80; n++)
+        lengths[n_lengths++] = n;
+    const int64_t more[] = {95, 96, 97, 120, 127, 128, 129, 136, 191, 192, 200, 255, 256, 257, 383, 384,
+                            511, 512, 513, 1000, 1023, 1024, 2047, 2048, 4095, 4096};
+    for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
+        lengths[n_lengths++] = more[k];
+    stage_pools();
+    for (int i = 0; i < n_contenders; i++) {
+        if (!C[i].kernels)
+            continue;
+        for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++)
+            for (int kind = 0; kind < N_KINDS; kind++) {
+                const any_fn f = stage_kernel(C[i].kernels, kind, dtype), g = stage_kernel(s, kind, dtype);
+                if (!f != !g) {
+                    if (C[i].fails++ < 20)
+                        printf("MISMATCH %s: %s %s is %s where the scalar table's is %s\n", C[i].name,
+                               KIND_NAMES[kind], NAMES[dtype], f ? "set" : "NULL", g ? "set" : "NULL");
+                    continue;
+                }
+                int seen = f == g;
+                for (int j = 0; j < i; j++)
+                    seen |= C[j].kernels && stage_kernel(C[j].kernels, kind, dtype) == f;
+                if (seen) /* none, the scalar kernel, or one checked already */
+                    continue;
+                const int64_t es = rope_dtype_size(dtype);
+                const int64_t is = kind == K_NARROW_FLOAT ? 4 : kind == K_NARROW_DOUBLE ? 8 : es;
+                const int64_t os = kind == K_SUMSQ ? 8 : kind == K_NORMALISE || kind == K_WIDEN
+                                                                ? (ROPE_WIDE_ROWS[dtype] ? 8 : 4) : es;
+                for (int li = 0; li < n_lengths; li++) {
+                    const int64_t n = lengths[li];
+                    /* short lengths at every element offset of the input, longer
+                     * ones at a few; the output anywhere its elements align */
+                    const int trials = n <= 80 ? (int)(MAX_OFF / is) : 4;
+                    for (int t = 0; t < trials; t++) {
+                        const int64_t xo = n <= 80 ? t * is : (int64_t)(next() % (uint64_t)(MAX_OFF / is)) * is;
+                        const int64_t yo = (int64_t)(next() % (uint64_t)(MAX_OFF / os)) * os;
+                        const int calls = kind == K_SUMSQ && n <= 1024 ? 1 + (int)(next() % 3) : 1;
+                        stage_case(i, kind, dtype, f, g, n, xo, yo, calls);
+                    }
+                }
+            }
+    }
+}
+
 int main(int argc, char **argv)
 {
     find_contenders();
@@ -451,12 +721,14 @@ int main(int argc, char **argv)
         total += cases;
     }
     check_passes();
+    check_stages();
     int failed = n_guard_fail != 0;
     for (int i = 0; i < n_contenders; i++) {
         const char *vs = C[i].ref == -1 ? "scalar" : C[i].ref == -2 ? "scalar (exact)" : C[C[i].ref].name;
-        printf("%-16s %7ld rotation and %4ld pass checks of its own kernels against %s: "
-               "%ld mismatching; %ld differing only in a NaN's bits\n",
-               C[i].name, C[i].cases, C[i].pass_cases, vs, C[i].fails, C[i].nan_only);
+        printf("%-16s %7ld rotation, %4ld pass and %6ld stage checks of its own kernels against %s: "
+               "%ld mismatching; %ld differing only in a NaN's bits (%ld of them stage checks)\n",
+               C[i].name, C[i].cases, C[i].pass_cases, C[i].stage_cases, vs, C[i].fails, C[i].nan_only,
+               C[i].stage_nan_only);
         failed |= C[i].fails != 0;
     }
     if (n_guard_fail)

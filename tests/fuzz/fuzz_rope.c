@@ -30,8 +30,9 @@
  *     otherwise gives what it gives with the input in its own buffer.
  * Any violation aborts.
  *
- * Input modes, by the first byte: 0xB1 "big tokens" (fuzz_big), otherwise
- * a multiple of 4: tables (fuzz_tables), else rotation (fuzz_rotate). Each
+ * Input modes, by the first byte: 0xB1 "big tokens" (fuzz_big), 0xB2
+ * staged calls (fuzz_staged, rope_rotate_staged), otherwise a multiple of
+ * 4: tables (fuzz_tables), else rotation (fuzz_rotate). Each
  * mode reads the fields it had before the position sources and n_tensors
  * existed in the same order, and reads the new ones after them, with 0 (an
  * input that ended) meaning the old behaviour: saved inputs keep their
@@ -1259,12 +1260,342 @@ static void fuzz_big(reader *r)
     free(pos); free(map); free(w); free(cos); free(sin);
 }
 
+/* ---- staged calls ------------------------------------------------------------- */
+
+/* rope_rotate_staged, for inputs whose first byte is 0xB2 (no input saved
+ * before this mode starts with it): 0-3 tensors, each with a random stage
+ * -- rotate or copy (or an invalid kind), no norm, a per-head or a
+ * per-token RMSNorm (or an invalid one), weights or NULL, eps (0, negative,
+ * NaN, infinite and tiny among them), the output's storage type (the op's,
+ * any other, invalid), cache slots or none (-1, in range, out of range,
+ * n_slots and block_size of any sign), strides of an NHD or HND layout or
+ * any others, in place or not -- with head_dim up to past
+ * ROPE_MAX_STAGE_DIM, positions from an offset or a list, a table or on
+ * the fly, 1-3 threads. Buffers are exactly the span their strides reach,
+ * so AddressSanitizer reports any access outside them; besides:
+ *   - every instruction set reaches the scalar call's status and, where
+ *     output rows never overlap and no two tokens share a slot, its values
+ *     (NaN payloads aside, as in fuzz_rotate);
+ *   - a failed call writes nothing; a successful one writes no output
+ *     element that no written row reaches, and never writes x of an
+ *     out-of-place tensor. */
+typedef struct {
+    int64_t heads, xs[3], os[3];
+    int in_place, out_dtype;                /* out_dtype as the stage has it (-1: the op's) */
+    size_t oes;                             /* out's element size */
+    int64_t xlo, xn, olo, on;
+    uint8_t *x, *out, *x0, *out0, *outr;
+    double *w;
+    int64_t nw;
+    int64_t *slots;
+    rope_stage st;
+    int ok;                                 /* buffers allocated (else the tensor is skipped) */
+} staged_tensor;
+
+static double take_eps(reader *r)
+{
+    switch (take(r, 1) % 10) {
+    case 0: return 0.0;
+    case 1: return -1e-6;
+    case 2: return NAN;
+    case 3: return INFINITY;
+    case 4: return 1e-300;
+    case 5: return 1e300;
+    default: return 1e-6;
+    }
+}
+
+/* A weight: mostly near 1, now and then anything (NaN payloads included). */
+static double weight_of(uint64_t bits)
+{
+    if (bits % 16 == 0) {
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        return d;
+    }
+    return 0.5 + (double)(bits >> 11) * 0x1p-53;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void fuzz_staged(reader *r)
+{
+    const int n_dtypes = rope_dtype_count();
+    const int dtype = (int)take_small(r, -1, n_dtypes - 1 + (take(r, 1) % 8 == 0));
+    const int layout = (int)take_small(r, 0, take(r, 1) % 16 == 0 ? 2 : 1);
+    const int inverse = (int)(take(r, 1) & 1);
+    int64_t head_dim = take_small(r, -2, 40);
+    if (take(r, 1) % 32 == 0)
+        head_dim = ROPE_MAX_STAGE_DIM - 2 + take_small(r, 0, 4);
+    const int64_t rotary_dim = take(r, 1) & 1 ? head_dim : take_small(r, -2, head_dim > 0 ? head_dim + 2 : 4);
+    const int64_t nb = take_small(r, -1, 3), ns = take_small(r, 0, 4);
+    const int n_tensors = (int)take_small(r, -1, 3);
+    const int threads = (int)take_small(r, 1, 3);
+    const int64_t hd = head_dim > 0 ? head_dim : 1;
+    const size_t es = rope_dtype_size(dtype) > 0 ? (size_t)rope_dtype_size(dtype) : 2;
+    uint64_t state = take(r, 8);
+
+    staged_tensor T[MAX_TENSORS];
+    memset(T, 0, sizeof T);
+    const int n_setup = n_tensors > 0 ? n_tensors : 0;
+    for (int k = 0; k < n_setup; k++) {
+        staged_tensor *t = &T[k];
+        t->heads = take_small(r, 0, 4);
+        const int64_t h = t->heads;
+        /* x: NHD ([b][s][h][d]), HND ([b][h][s][d]) or anything */
+        switch (take(r, 1) % 4) {
+        case 0: t->xs[0] = ns * h * hd, t->xs[1] = h * hd, t->xs[2] = hd; break;
+        case 1: t->xs[0] = h * ns * hd, t->xs[1] = hd, t->xs[2] = ns * hd; break;
+        case 2: t->xs[0] = take_stride(r, ns * h * hd), t->xs[1] = take_stride(r, h * hd), t->xs[2] = take_stride(r, hd); break;
+        default: t->xs[0] = ns * h * (hd + 3), t->xs[1] = h * (hd + 3), t->xs[2] = hd + 3; break;
+        }
+        rope_stage *st = &t->st;
+        st->rotate = (int)take_small(r, 0, take(r, 1) % 16 == 0 ? 2 : 1);
+        st->norm = (int)(take(r, 1) % 7);
+        st->norm = st->norm >= 3 ? (st->norm == 6 ? 3 : st->norm % 3) : st->norm; /* 0..2, sometimes 3 */
+        st->norm_eps = take_eps(r);
+        const int sel = (int)(take(r, 1) % 8);
+        st->out_dtype = sel < 4 ? -1 : sel == 7 ? n_dtypes + (int)(take(r, 1) % 3) : (int)take_small(r, 0, n_dtypes - 1);
+        t->out_dtype = st->out_dtype;
+        const int odt = st->out_dtype == -1 ? dtype : st->out_dtype;
+        t->oes = rope_dtype_size(odt) > 0 ? (size_t)rope_dtype_size(odt) : 2;
+        const int slotted = (int)(take(r, 1) % 3 == 0);
+        t->in_place = !slotted && take(r, 1) % 3 == 0 && t->oes == es;
+        int64_t count[3] = {nb, ns, h};
+        if (slotted) {
+            st->n_slots = take_small(r, -1, 8);
+            st->block_size = take_small(r, -1, 4);
+            const int64_t bs = st->block_size > 0 ? st->block_size : 1;
+            const int64_t blocks = st->n_slots > 0 ? (st->n_slots - 1) / bs + 1 : 0;
+            count[0] = blocks, count[1] = bs;
+            switch (take(r, 1) % 3) { /* a paged cache: NHD, HND, or other strides */
+            case 0: t->os[0] = bs * h * hd, t->os[1] = h * hd, t->os[2] = hd; break;
+            case 1: t->os[0] = h * bs * hd, t->os[1] = hd, t->os[2] = bs * hd; break;
+            default: t->os[0] = take_stride(r, bs * h * hd), t->os[1] = take_stride(r, h * hd), t->os[2] = take_stride(r, hd); break;
+            }
+            const int64_t n_tok = nb > 0 ? nb * ns : 0;
+            t->slots = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
+            for (int64_t i = 0; i < n_tok; i++) {
+                const uint64_t v = next_bits(&state);
+                t->slots[i] = v % 8 == 0 ? -1 : v % 8 == 1 ? st->n_slots : v % 16 == 2 ? -2
+                              : v % 64 == 3 ? INT64_MIN : st->n_slots > 0 ? (int64_t)((v >> 8) % (uint64_t)st->n_slots) : 0;
+            }
+            st->slots = t->slots;
+            st->slot_strides[0] = ns;
+            st->slot_strides[1] = 1;
+            if (take(r, 1) % 8 == 0)
+                st->slot_strides[0] = 0; /* every batch row the same slots */
+        } else if (t->in_place) {
+            memcpy(t->os, t->xs, sizeof t->os);
+        } else {
+            switch (take(r, 1) % 3) {
+            case 0: t->os[0] = ns * h * hd, t->os[1] = h * hd, t->os[2] = hd; break;
+            case 1: t->os[0] = h * ns * hd, t->os[1] = hd, t->os[2] = ns * hd; break;
+            default: t->os[0] = take_stride(r, ns * h * hd), t->os[1] = take_stride(r, h * hd), t->os[2] = take_stride(r, hd); break;
+            }
+        }
+        /* buffers of exactly the spans */
+        const int64_t xc[3] = {nb, ns, h};
+        int64_t xlo, xhi, olo, ohi;
+        const int a = span(xc, t->xs, hd, &xlo, &xhi), b = span(count, t->os, hd, &olo, &ohi);
+        if (a == SPAN_HUGE || b == SPAN_HUGE || (xhi - xlo) + (ohi - olo) > (1 << 18))
+            continue; /* a caller could not have such buffers */
+        t->xlo = a == SPAN_OVERFLOW ? 0 : xlo;
+        t->xn = a == SPAN_OVERFLOW ? 1 : xhi - xlo;
+        t->olo = b == SPAN_OVERFLOW ? 0 : olo;
+        t->on = b == SPAN_OVERFLOW ? 1 : ohi - olo;
+        if (t->in_place) {
+            t->olo = t->xlo;
+            t->on = t->xn;
+        }
+        t->x = xmalloc((size_t)t->xn * es);
+        t->x0 = xmalloc((size_t)t->xn * es);
+        t->out = t->in_place ? t->x : xmalloc((size_t)t->on * t->oes);
+        t->out0 = t->in_place ? t->x0 : xmalloc((size_t)t->on * t->oes);
+        t->outr = xmalloc((size_t)t->on * (t->in_place ? es : t->oes));
+        for (int64_t i = 0; i < t->xn * (int64_t)es; i++)
+            t->x0[i] = (uint8_t)next_bits(&state);
+        if (dtype == ROPE_F32 || dtype == ROPE_F64 || dtype == ROPE_F16 || dtype == ROPE_BF16)
+            for (int64_t i = 0; i < t->xn; i++) /* mostly ordinary values, so that norms are not all NaN */
+                if (next_bits(&state) % 4) {
+                    const double v = ((double)(next_bits(&state) % 2001) - 1000.0) / 100.0;
+                    const float f = (float)v;
+                    const uint32_t u = f32_bits(f);
+                    if (dtype == ROPE_F32)
+                        memcpy(t->x0 + 4 * i, &f, 4);
+                    else if (dtype == ROPE_F64)
+                        memcpy(t->x0 + 8 * i, &v, 8);
+                    else if (dtype == ROPE_BF16) {
+                        const uint16_t hb = (uint16_t)(u >> 16);
+                        memcpy(t->x0 + 2 * i, &hb, 2);
+                    } else {
+                        const uint16_t hf = (uint16_t)(0x3C00u + (next_bits(&state) % 0x800u)) ^ (uint16_t)((u >> 16) & 0x8000u);
+                        memcpy(t->x0 + 2 * i, &hf, 2);
+                    }
+                }
+        if (!t->in_place)
+            for (int64_t i = 0; i < t->on * (int64_t)t->oes; i++)
+                t->out0[i] = (uint8_t)next_bits(&state);
+        if (take(r, 1) % 3 != 0 && st->norm != 0) {
+            t->nw = st->norm == ROPE_NORM_TOKEN ? h * hd : hd;
+            t->w = xmalloc(sizeof(double) * (size_t)(t->nw > 0 ? t->nw : 1));
+            for (int64_t i = 0; i < t->nw; i++)
+                t->w[i] = weight_of(next_bits(&state));
+            st->norm_weight = t->w;
+        }
+        t->ok = 1;
+    }
+    /* angles: offset or a position list; a table or on the fly */
+    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
+    const int64_t offset = take_small(r, -3, 40);
+    const int list = (int)(take(r, 1) & 1), otf = (int)(take(r, 1) & 1);
+    const int64_t n_tok = nb > 0 && ns > 0 ? nb * ns : 0;
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
+    for (int64_t i = 0; i < n_tok; i++)
+        pos[i] = take_small(r, -3, 44);
+    const int64_t table_start = -3, table_rows = take_small(r, 0, 50);
+    const int wide = dtype == ROPE_F64;
+    const size_t rsize = wide ? sizeof(double) : sizeof(float);
+    const int64_t hh = half > 0 && half <= 4096 ? half : 1;
+    double *wf = xmalloc(sizeof(double) * (size_t)hh);
+    for (int64_t i = 0; i < hh; i++)
+        wf[i] = pow(10000.0, -2.0 * (double)i / (double)(2 * hh));
+    void *cosb = xmalloc(rsize * (size_t)(table_rows * hh + 1)), *sinb = xmalloc(rsize * (size_t)(table_rows * hh + 1));
+    if (table_rows > 0) {
+        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)table_rows);
+        for (int64_t i = 0; i < table_rows; i++)
+            run[i] = table_start + i;
+        if (wide ? rope_cos_sin_f64(run, table_rows, wf, hh, 1.0, cosb, sinb)
+                 : rope_cos_sin_range_f32(table_start, table_rows, wf, hh, 1.0, cosb, sinb))
+            abort();
+        free(run);
+    }
+    rope_angles angles = {.source = list ? ROPE_POS_LIST : ROPE_POS_OFFSET, .offset = offset, .positions = pos,
+                          .strides = {ns, 1, 0}, .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
+                          .table_start = table_start, .table_rows = table_rows, .inv_freq = wf, .scale = 1.0};
+    const rope_op op = {dtype, layout, inverse, nb, ns, head_dim, rotary_dim, threads};
+    rope_tensor tensors[MAX_TENSORS];
+    rope_stage stages[MAX_TENSORS];
+    int all_ok = 1;
+    for (int k = 0; k < n_setup; k++) {
+        staged_tensor *t = &T[k];
+        all_ok &= t->ok;
+        tensors[k] = (rope_tensor){t->ok ? t->x - t->xlo * (int64_t)es : NULL,
+                                   t->ok ? t->out - t->olo * (int64_t)t->oes : NULL, t->ok ? t->heads : 0,
+                                   {t->xs[0], t->xs[1], t->xs[2]}, {t->os[0], t->os[1], t->os[2]}};
+        stages[k] = t->st;
+    }
+    if (!all_ok)
+        goto done; /* (a tensor's buffers could not be had: nothing to test) */
+
+    /* scalar first, then every other instruction set */
+    const int isa0 = rope_get_isa();
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    int st0 = ROPE_OK;
+    for (int i = 0; i <= n_isas; i++) {
+        for (int k = 0; k < n_setup; k++) {
+            staged_tensor *t = &T[k];
+            memcpy(t->x, t->x0, (size_t)t->xn * es);
+            if (!t->in_place)
+                memcpy(t->out, t->out0, (size_t)t->on * t->oes);
+        }
+        rope_set_isa(i ? isas[i - 1] : 0);
+        const int st = rope_rotate_staged(&op, tensors, stages, n_tensors, &angles);
+        check_status(st);
+        if (i == 0)
+            st0 = st;
+        else if (st != st0)
+            abort(); /* error decisions must not depend on the kernel */
+        for (int k = 0; k < n_setup; k++) {
+            const staged_tensor *t = &T[k];
+            const size_t oes = t->in_place ? es : t->oes;
+            if (st != ROPE_OK) {
+                if (memcmp(t->x, t->x0, (size_t)t->xn * es) != 0 ||
+                    (!t->in_place && memcmp(t->out, t->out0, (size_t)t->on * t->oes) != 0))
+                    abort(); /* nothing written before an error */
+                continue;
+            }
+            if (!t->in_place && memcmp(t->x, t->x0, (size_t)t->xn * es) != 0)
+                abort(); /* x of an out-of-place tensor is read only */
+            if (i == 0) {
+                memcpy(t->outr, t->out, (size_t)t->on * oes);
+                if (t->heads == 0 || t->in_place || nb <= 0 || ns <= 0)
+                    continue;
+                /* no element that no written row reaches is written */
+                uint8_t *reached = calloc((size_t)t->on, 1);
+                if (!reached)
+                    abort();
+                for (int64_t b = 0; b < nb; b++)
+                    for (int64_t q = 0; q < ns; q++) {
+                        int64_t base0 = b, base1 = q;
+                        if (t->slots) {
+                            const int64_t kslot = t->slots[b * t->st.slot_strides[0] + q * t->st.slot_strides[1]];
+                            if (kslot < 0)
+                                continue;
+                            base0 = kslot / t->st.block_size;
+                            base1 = kslot % t->st.block_size;
+                        }
+                        for (int64_t hh2 = 0; hh2 < t->heads; hh2++)
+                            for (int64_t d = 0; d < head_dim; d++) {
+                                const int64_t e = base0 * t->os[0] + base1 * t->os[1] + hh2 * t->os[2] + d - t->olo;
+                                if (e < 0 || e >= t->on)
+                                    abort(); /* the call accepted a row outside out's span */
+                                reached[e] = 1;
+                            }
+                    }
+                for (int64_t e = 0; e < t->on; e++)
+                    if (!reached[e] && memcmp(t->out + e * (int64_t)oes, t->out0 + e * (int64_t)oes, oes) != 0)
+                        abort();
+                free(reached);
+            } else {
+                /* the same values where every row has a place of its own */
+                const int64_t count[3] = {t->slots ? (t->st.n_slots + t->st.block_size - 1) / t->st.block_size : nb,
+                                          t->slots ? t->st.block_size : ns, t->heads};
+                int unique = 1;
+                if (t->slots) /* no slot written twice */
+                    for (int64_t a = 0; a < nb * ns && unique; a++)
+                        for (int64_t c = a + 1; c < nb * ns && unique; c++) {
+                            const int64_t sa = t->slots[(a / ns) * t->st.slot_strides[0] + (a % ns)];
+                            const int64_t sc = t->slots[(c / ns) * t->st.slot_strides[0] + (c % ns)];
+                            unique = sa < 0 || sa != sc;
+                        }
+                const int odt = t->out_dtype == -1 ? dtype : t->out_dtype;
+                if (unique && rows_disjoint(count, t->os, head_dim) &&
+                    !same_values(t->out, t->outr, t->on, odt, oes))
+                    abort(); /* scalar and SIMD kernels must agree */
+            }
+        }
+    }
+    rope_set_isa(isa0);
+done:
+    for (int k = 0; k < MAX_TENSORS; k++) {
+        staged_tensor *t = &T[k];
+        if (t->ok) {
+            free(t->x); free(t->x0); free(t->outr);
+            if (!t->in_place) {
+                free(t->out); free(t->out0);
+            }
+        }
+        free(t->w);
+        free(t->slots);
+    }
+    free(pos); free(wf); free(cosb); free(sinb);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
     const uint64_t first = take(&r, 1);
     if (first == 0xB1)
         fuzz_big(&r);
+    else if (first == 0xB2)
+        fuzz_staged(&r);
     else if (first % 4 == 0)
         fuzz_tables(&r);
     else

@@ -137,6 +137,89 @@ def test_every_isa_gives_the_scalar_bits(isa, dtype, norm):
         assert np.array_equal(*outs), head_dim
 
 
+SPECIALS = {np.dtype(np.float32): [np.nan, np.inf, -np.inf, -0.0, 1e-40, 1e-45, 3e38, -3.4e38],
+            np.dtype(np.float16): [np.nan, np.inf, -np.inf, -0.0, 6e-8, 3e-5, 65504.0, -65504.0],
+            BF16: [np.nan, np.inf, -np.inf, -0.0, 1e-40, 1e-38, 3e38, -3.3e38],
+            np.dtype(np.float64): [np.nan, np.inf, -np.inf, -0.0, 5e-324, 1e-310, 1e300, -1e308]}
+
+
+def with_specials(x, seed):
+    """x with NaNs (signalling and payloads too), infinities, -0, subnormals and huge
+    values in one token's heads and now and then elsewhere."""
+    x = x.copy()
+    rng = np.random.default_rng(seed)
+    flat = x.reshape(-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        specials = np.array(SPECIALS[x.dtype], dtype=np.float64).astype(x.dtype)
+    picks = rng.random(flat.size) < 0.02
+    picks[x[0, 3].size * 3:x[0, 3].size * 4] = rng.random(x[0, 3].size) < 0.3   # token 3: many
+    flat[picks] = specials[rng.integers(0, specials.size, int(picks.sum()))]
+    bits = flat.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.itemsize])
+    # NaNs with random payloads, quiet or signalling, either sign. float32 payload bit 21
+    # (float16: bit 8) clear: a rotation may leave a NaN's sign or payload as it likes
+    # (tests/c/kernels_identical.c), and the bfloat16 rounding of a NaN whose top payload
+    # bits are all ones carries out of it (convert.h), so two such NaNs could round to
+    # different numbers; the stage kernels' own rounding of any NaN is checked there
+    nans = np.flatnonzero(rng.random(flat.size) < 0.005)
+    sign = rng.integers(0, 2, nans.size)
+    if x.dtype == np.float64:
+        bits[nans] = (np.uint64(0x7FF0000000000001) | rng.integers(0, 2 ** 52 - 1, nans.size, dtype=np.uint64)
+                      | (sign.astype(np.uint64) << np.uint64(63)))
+    elif x.dtype == np.float32:
+        bits[nans] = (np.uint32(0x7F800001) | rng.integers(0, 2 ** 21 - 1, nans.size, dtype=np.uint32)
+                      | (sign.astype(np.uint32) << np.uint32(31)))
+    elif x.dtype == np.float16:
+        bits[nans] = (np.uint16(0x7C01) | (rng.integers(0, 2 ** 10 - 1, nans.size, dtype=np.uint16) & np.uint16(0x2FF))
+                      | (sign.astype(np.uint16) << np.uint16(15)))
+    else:
+        bits[nans] = (np.uint16(0x7F81) | rng.integers(0, 2 ** 7 - 1, nans.size, dtype=np.uint16)
+                      | (sign.astype(np.uint16) << np.uint16(15)))
+    return x
+
+
+def same_or_both_nan(a, b):
+    """Equal bits, or NaN on both sides (a NaN's payload may differ between vector and
+    scalar rotations: tests/c/kernels_identical.c)."""
+    if np.array_equal(a.view(np.uint8), b.view(np.uint8)):
+        return True
+    with np.errstate(invalid="ignore"):
+        fa, fb = a.astype(np.float64), b.astype(np.float64)
+    bits_a = a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+    bits_b = b.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[b.itemsize])
+    return bool(np.all((bits_a == bits_b) | (np.isnan(fa) & np.isnan(fb))))
+
+
+# (data type, output type, norm): float64 goes to float64 or float32 only, and without
+# a norm or a conversion a call takes rope_rotate's own path (no stage kernel)
+STAGE_CASES = [(d, o, norm) for d in CODES for o in ([np.dtype(np.float64), np.dtype(np.float32)]
+                                                     if d == np.float64 else list(CODES))
+               for norm in ("none", "head", "token") if norm != "none" or o != d]
+
+
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+@pytest.mark.parametrize("dtype,cache,norm", STAGE_CASES, ids=str)
+def test_every_stage_kernel_gives_the_scalar_bits(isa, dtype, cache, norm):
+    """Each stage kernel of each ISA through the C entry: every storage type into every
+    type it may go to, no norm (widened), a norm of each head or of the token, weights
+    or none, head_dim with every tail of the vector steps, both layouts, special values."""
+    n = {"none": lib.ROPE_NORM_NONE, **NORMS}[norm]
+    for head_dim in (2, 6, 10, 14, 18, 30, 34, 64, 126, 130, 258):
+        for layout in LAYOUTS:
+            for weighted in ((False, True) if norm != "none" else (False,)):
+                x = with_specials(rand((1, 7, 2, head_dim), dtype, seed=head_dim), head_dim)
+                size = head_dim * (2 if norm == "token" else 1)
+                weight = np.random.default_rng(head_dim).uniform(-2, 2, size) if weighted else None
+                outs = []
+                for which in ("scalar", isa):
+                    call = Staged(dtype, layout, 7, head_dim, head_dim - 2 if head_dim > 2 else head_dim)
+                    out = np.full(x.shape, 7, cache)
+                    call.add(x, out, norm=n, weight=weight, out_dtype=CODES[cache])
+                    with pyrope.forced_isa(which):
+                        assert call.run() == lib.ROPE_OK
+                    outs.append(out)
+                assert same_or_both_nan(*outs), (head_dim, layout, weighted)
+
+
 @pytest.mark.parametrize("cache_layout", ["NHD", "HND"])
 def test_keys_and_values_into_their_slots(cache_layout):
     heads, head_dim, seq, blocks, block = 2, 16, 5, 3, 4

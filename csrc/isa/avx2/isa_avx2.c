@@ -1,7 +1,7 @@
 /* The AVX2 entry of the instruction-set registry: AVX2 + FMA + F16C with OS
- * support for YMM state. Its kernels live beside it, in rotate_avx2_*.c and
- * table_avx2.c; this file detects the CPU, names the kernels it replaces
- * and holds the yardstick's 256-bit pass. */
+ * support for YMM state. Its kernels live beside it, in rotate_avx2_*.c,
+ * stage_avx2.c and table_avx2.c; this file detects the CPU, names the
+ * kernels it replaces and holds the yardstick's 256-bit pass. */
 #include "core/kernels.h"
 
 #ifdef ROPE_HAVE_X86
@@ -17,6 +17,17 @@
     void rope_rot_sh_##sfx##_avx2(ROPE_ROT_PARAMS);
 ROPE_AVX2_TYPES(ROPE_DECLARE_AVX2_ROT_)
 void rope_table_f32_avx2(ROPE_TABLE_PARAMS);
+/* The stage kernels (stage_avx2.c), for the same storage types, and the
+ * narrowing of double to float32 and float64. */
+#define ROPE_DECLARE_AVX2_STAGE_(code, sfx)                                    \
+    void rope_sumsq_##sfx##_avx2(const void *x, int64_t n, double acc[8]);     \
+    void rope_normalise_##sfx##_avx2(const void *x, int64_t n, double inv,     \
+                                     const double *w, void *out);              \
+    void rope_widen_##sfx##_avx2(const void *x, int64_t n, void *out);         \
+    void rope_narrow_float_##sfx##_avx2(const void *in, int64_t n, void *out);
+ROPE_AVX2_TYPES(ROPE_DECLARE_AVX2_STAGE_)
+void rope_narrow_double_f32_avx2(const void *in, int64_t n, void *out);
+void rope_narrow_double_f64_avx2(const void *in, int64_t n, void *out);
 
 static int avx2_supported(void)
 {
@@ -59,11 +70,17 @@ __attribute__((target("avx2"))) static void pass_avx2(unsigned char *p, int64_t 
 
 #define ROPE_AVX2_ROW_(code, sfx)                                              \
     k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_avx2;                 \
-    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_avx2;
+    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_avx2;                  \
+    k->sumsq[code] = rope_sumsq_##sfx##_avx2;                                  \
+    k->normalise[code] = rope_normalise_##sfx##_avx2;                          \
+    k->widen[code] = rope_widen_##sfx##_avx2;                                  \
+    k->narrow_float[code] = rope_narrow_float_##sfx##_avx2;
 
 static void avx2_override(rope_kernels *k)
 {
     ROPE_AVX2_TYPES(ROPE_AVX2_ROW_)
+    k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx2;
+    k->narrow_double[ROPE_F64] = rope_narrow_double_f64_avx2;
     k->table_f32 = rope_table_f32_avx2;
     k->pass = pass_avx2;
 }

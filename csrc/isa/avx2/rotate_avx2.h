@@ -1,7 +1,9 @@
 /* Internal: what the AVX2 + FMA + F16C rotation kernels (rotate_avx2_*.c,
- * one file per storage type) share: the target attribute, the split-half
- * kernel built from a storage type's 16-, 8- and 4-lane loads and stores,
- * its peeling to a 32-byte boundary, and the stack chunk of table entries.
+ * one file per storage type) share: the target attribute, the 16-bit
+ * storage types' 8- and 4-lane loads and stores (which the stage kernels,
+ * stage_avx2.c, use too), the split-half kernel built from a storage type's
+ * 16-, 8- and 4-lane loads and stores, its peeling to a 32-byte boundary,
+ * and the stack chunk of table entries.
  *
  * The kernels are compiled for that target by function attributes (no
  * global -m flags) and called only after run-time detection. Lane for lane
@@ -30,6 +32,66 @@
 
 /* Pairs per interleaved chunk whose duplicated cos/sin sit on the stack. */
 #define IL_CHUNK 512
+
+/* ---- the 16-bit storage types' 8- and 4-lane loads and stores ------------
+ * (the rotation kernels of rotate_avx2_f16.c and rotate_avx2_bf16.c and the
+ * stage kernels of stage_avx2.c): float16 through F16C, which rounds as
+ * convert.h does; bfloat16 through integer shifts with its rounding. */
+
+ROPE_AVX2 static inline __m256 ld8_f16(const uint16_t *p)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+ROPE_AVX2 static inline void st8_f16(uint16_t *p, __m256 v)
+{
+    /* register-form conversion: the memory form is slower on AMD */
+    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storeu_si128((__m128i *)p, h);
+}
+
+ROPE_AVX2 static inline __m128 ld4_f16(const uint16_t *p)
+{
+    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
+}
+ROPE_AVX2 static inline void st4_f16(uint16_t *p, __m128 v)
+{
+    __m128i h = _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    ROPE_IN_REGISTER(h);
+    _mm_storel_epi64((__m128i *)p, h);
+}
+
+ROPE_AVX2 static inline __m256 ld8_bf16(const uint16_t *p)
+{
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+/* Round to nearest even, (u + 0x7FFF + lsb) >> 16, exactly as convert.h. */
+ROPE_AVX2 static inline __m256i bf16_round(__m256 v)
+{
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+}
+ROPE_AVX2 static inline void st8_bf16(uint16_t *p, __m256 v)
+{
+    const __m256i r = bf16_round(v);
+    /* 8 x 32 -> 8 x 16 (values fit: no saturation), lanes back in order */
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
+}
+
+ROPE_AVX2 static inline __m128 ld4_bf16(const uint16_t *p)
+{
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p)), 16));
+}
+ROPE_AVX2 static inline void st4_bf16(uint16_t *p, __m128 v)
+{
+    const __m128i u = _mm_castps_si128(v); /* (u + 0x7FFF + lsb) >> 16, as convert.h */
+    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
+    const __m128i r = _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7FFF)), lsb), 16);
+    _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(r, r));
+}
 
 /* Split-half pairs before the first 32-byte boundary of x, the same for
  * every head (0 if x is aligned or the head stride is not a multiple of 32

@@ -5,40 +5,6 @@
 
 #ifdef ROPE_HAVE_X86
 
-/* ---- loads and stores: 8 and 4 lanes ------------------------------------- */
-
-ROPE_AVX2 static inline __m256 ld8_bf16(const uint16_t *p)
-{
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-}
-/* Round to nearest even, (u + 0x7FFF + lsb) >> 16, exactly as convert.h. */
-ROPE_AVX2 static inline __m256i bf16_round(__m256 v)
-{
-    const __m256i u = _mm256_castps_si256(v);
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-}
-ROPE_AVX2 static inline void st8_bf16(uint16_t *p, __m256 v)
-{
-    const __m256i r = bf16_round(v);
-    /* 8 x 32 -> 8 x 16 (values fit: no saturation), lanes back in order */
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128((__m128i *)p, _mm256_castsi256_si128(packed));
-}
-
-ROPE_AVX2 static inline __m128 ld4_bf16(const uint16_t *p)
-{
-    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)p)), 16));
-}
-ROPE_AVX2 static inline void st4_bf16(uint16_t *p, __m128 v)
-{
-    const __m128i u = _mm_castps_si128(v); /* (u + 0x7FFF + lsb) >> 16, as convert.h */
-    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), _mm_set1_epi32(1));
-    const __m128i r = _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7FFF)), lsb), 16);
-    _mm_storel_epi64((__m128i *)p, _mm_packus_epi32(r, r));
-}
-
 /* The pairs after the 16-pair steps of the split-half kernel below. */
 ROPE_AVX2_SPLIT_PART(split_part_bf16, uint16_t, ld8_bf16, st8_bf16, ld4_bf16, st4_bf16, rope_pair_bf16)
 

@@ -5,19 +5,7 @@
 
 #ifdef ROPE_HAVE_X86
 
-/* ---- loads and stores: 8, 16 and 4 lanes --------------------------------- */
-
-ROPE_AVX2 static inline __m256 ld8_f16(const uint16_t *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-ROPE_AVX2 static inline void st8_f16(uint16_t *p, __m256 v)
-{
-    /* register-form conversion: the memory form is slower on AMD */
-    __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    ROPE_IN_REGISTER(h);
-    _mm_storeu_si128((__m128i *)p, h);
-}
+/* ---- loads and stores: 16 lanes (8 and 4: rotate_avx2.h) ----------------- */
 
 ROPE_AVX2 static inline void ld16_f16(const uint16_t *p, __m256 *a, __m256 *b)
 {
@@ -31,17 +19,6 @@ ROPE_AVX2 static inline void st16_f16(uint16_t *p, __m256 a, __m256 b)
      * execution ports, which bound float16 (5-8% faster, measured) */
     st8_f16(p, a);
     st8_f16(p + 8, b);
-}
-
-ROPE_AVX2 static inline __m128 ld4_f16(const uint16_t *p)
-{
-    return _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p));
-}
-ROPE_AVX2 static inline void st4_f16(uint16_t *p, __m128 v)
-{
-    __m128i h = _mm_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    ROPE_IN_REGISTER(h);
-    _mm_storel_epi64((__m128i *)p, h);
 }
 
 /* ---- split half ----------------------------------------------------------- */

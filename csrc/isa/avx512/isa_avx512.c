@@ -7,8 +7,9 @@
  * dispatch.c, says so): each starts from its base's kernels (a storage type
  * or table without an AVX-512 kernel keeps its AVX2 one), is supported only
  * where its base is, and replaces what it does better. The kernels live
- * beside it, in rotate_avx512_*.c; this file detects the CPU, names the
- * kernels each entry replaces and holds the yardstick's 512-bit pass.
+ * beside it, in rotate_avx512_*.c and stage_avx512.c; this file detects
+ * the CPU, names the kernels each entry replaces and holds the yardstick's
+ * 512-bit pass.
  * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
  * the specification (float32 arithmetic, one rounding on store), and
  * nothing for the conversions F already has: no entry uses it. */
@@ -36,6 +37,24 @@
 #define ROPE_DECLARE_AVX512BF16_(code, sfx) ROPE_DECLARE_ROT_(code, sfx, avx512bf16)
 ROPE_AVX512_TYPES(ROPE_DECLARE_AVX512_)
 ROPE_AVX512BF16_TYPES(ROPE_DECLARE_AVX512BF16_)
+
+/* The stage kernels (stage_avx512.c): for every storage type the sum of
+ * squares, the norm and (the 16-bit types) widening; narrowing of float32
+ * to float16, bfloat16 and float64 and of double to float32; "avx512bf16"
+ * narrows float32 to bfloat16 in hardware. The copies (float32 and float64
+ * widened, float32 and double narrowed to their own type) stay "avx2"'s. */
+#define ROPE_DECLARE_AVX512_STAGE_(code, sfx)                                  \
+    void rope_sumsq_##sfx##_avx512(const void *x, int64_t n, double acc[8]);   \
+    void rope_normalise_##sfx##_avx512(const void *x, int64_t n, double inv,   \
+                                       const double *w, void *out);
+ROPE_AVX512_TYPES(ROPE_DECLARE_AVX512_STAGE_)
+void rope_widen_f16_avx512(const void *x, int64_t n, void *out);
+void rope_widen_bf16_avx512(const void *x, int64_t n, void *out);
+void rope_narrow_float_f16_avx512(const void *in, int64_t n, void *out);
+void rope_narrow_float_bf16_avx512(const void *in, int64_t n, void *out);
+void rope_narrow_float_f64_avx512(const void *in, int64_t n, void *out);
+void rope_narrow_double_f32_avx512(const void *in, int64_t n, void *out);
+void rope_narrow_float_bf16_avx512bf16(const void *in, int64_t n, void *out);
 
 /* CPUID leaf 7 bits and the XCR0 state the OS must save. */
 #define EBX7_AVX512F (1u << 16)
@@ -90,18 +109,28 @@ ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
 #define ROPE_ROW_(code, sfx, isa)                                              \
     k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_##isa;                \
     k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_##isa;
-#define ROPE_AVX512_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512)
+#define ROPE_AVX512_ROW_(code, sfx)                                            \
+    ROPE_ROW_(code, sfx, avx512)                                               \
+    k->sumsq[code] = rope_sumsq_##sfx##_avx512;                                \
+    k->normalise[code] = rope_normalise_##sfx##_avx512;
 #define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
 
 static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
 {
     ROPE_AVX512_TYPES(ROPE_AVX512_ROW_)
+    k->widen[ROPE_F16] = rope_widen_f16_avx512;
+    k->widen[ROPE_BF16] = rope_widen_bf16_avx512;
+    k->narrow_float[ROPE_F16] = rope_narrow_float_f16_avx512;
+    k->narrow_float[ROPE_BF16] = rope_narrow_float_bf16_avx512;
+    k->narrow_float[ROPE_F64] = rope_narrow_float_f64_avx512;
+    k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx512;
     k->pass = pass_avx512;
 }
 
 static void avx512bf16_override(rope_kernels *k) /* on "avx512"'s kernels */
 {
     ROPE_AVX512BF16_TYPES(ROPE_AVX512BF16_ROW_)
+    k->narrow_float[ROPE_BF16] = rope_narrow_float_bf16_avx512bf16;
 }
 
 const rope_isa rope_isa_avx512 = {"avx512", avx512_supported, avx512_override, FEATURES_AVX512};

@@ -53,34 +53,6 @@ ROPE_AVX512 static inline __m512 bf16_hi(__m512i v)
     return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xFFFF0000u)));
 }
 
-/* Elements 0..15 (a) or 16..31 (b) of a vector of 32 as float32: each word
- * moved to the high half of a lane, the low half zeroed (one permute). */
-ROPE_AVX512 static inline __m512 bf16_widen_a(__m512i v)
-{
-    const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0,
-                                         7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
-    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, v));
-}
-ROPE_AVX512 static inline __m512 bf16_widen_b(__m512i v)
-{
-    const __m512i idx = _mm512_set_epi16(31, 0, 30, 0, 29, 0, 28, 0, 27, 0, 26, 0, 25, 0, 24, 0,
-                                         23, 0, 22, 0, 21, 0, 20, 0, 19, 0, 18, 0, 17, 0, 16, 0);
-    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, v));
-}
-
-/* u + 0x7FFF + lsb: bfloat16 rounded to nearest even in the high half,
- * exactly as convert.h. 0x7FFF + lsb without a shift (shifts compete with
- * the conversions for the same pipes on Zen 4; 15% faster, measured):
- * (u & 0x10000) | 0x7FFF is 0x7FFF or 0x17FFF, its minimum with 0x8000 is
- * 0x7FFF + lsb. */
-ROPE_AVX512 static inline __m512i bf16_round_hi(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i t = _mm512_ternarylogic_epi32(u, _mm512_set1_epi32(0x10000), _mm512_set1_epi32(0x7FFF),
-                                                0xEA); /* (u & b) | c */
-    return _mm512_add_epi32(u, _mm512_min_epu32(t, _mm512_set1_epi32(0x8000)));
-}
-
 /* The rounded high halves of two vectors' lanes, by a word index (one permute). */
 #define BF16_PICK(a, idx, b) _mm512_permutex2var_epi16(bf16_round_hi(a), idx, bf16_round_hi(b))
 
@@ -126,13 +98,6 @@ ROPE_AVX512BF16 static inline __m512i bf16_join_hw(__m512 a, __m512 b, __mmask32
     return t; /* already in memory order */
 }
 
-/* 16 float32 to 16 bfloat16 in order (split-half tails); tm: the words
- * that will be stored. */
-ROPE_AVX512 static inline __m256i bf16_narrow16_int(__m512 v, __mmask16 tm)
-{
-    (void)tm;
-    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bf16_round_hi(v), 16));
-}
 ROPE_AVX512BF16 static inline __m256i bf16_narrow16_hw(__m512 v, __mmask16 tm)
 {
     const __m256i t = (__m256i)_mm512_cvtneps_pbh(v);

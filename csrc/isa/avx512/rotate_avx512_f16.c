@@ -27,30 +27,7 @@
 
 #ifdef ROPE_HAVE_X86
 
-#define F16_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-
-/* ---- loads and stores: 16 and 8 lanes, whole and masked --------------------- */
-
-ROPE_AVX512 static inline __m512 ld16_f16(const uint16_t *p)
-{
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
-ROPE_AVX512 static inline __m512 ld16m_f16(const uint16_t *p, __mmask16 m)
-{
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-ROPE_AVX512 static inline void st16_f16(uint16_t *p, __m512 v)
-{
-    __m256i h = _mm512_cvtps_ph(v, F16_RNE);
-    ROPE_ZMM_IN_REGISTER(h); /* register form, then a plain store */
-    _mm256_storeu_si256((__m256i *)p, h);
-}
-ROPE_AVX512 static inline void st16m_f16(uint16_t *p, __mmask16 m, __m512 v)
-{
-    __m256i h = _mm512_cvtps_ph(v, F16_RNE);
-    ROPE_ZMM_IN_REGISTER(h);
-    _mm256_mask_storeu_epi16(p, m, h);
-}
+/* ---- loads and stores: 8 lanes, whole and masked (16: rotate_avx512.h) ------ */
 
 ROPE_AVX512 static inline __m256 ld8_f16(const uint16_t *p)
 {

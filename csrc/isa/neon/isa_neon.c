@@ -5,8 +5,9 @@
  *               bfloat16 in one instruction (Linux: HWCAP2_BF16).
  * "neonbf16" builds on "neon" (the registry, dispatch.c, says so): it
  * starts from its kernels and is supported only where it is.
- * The kernels live beside it, in rotate_neon_*.c (bit-identical to the scalar ones;
- * rotate_neon.h); this file detects the CPU, names the kernels each entry
+ * The kernels live beside it, in rotate_neon_*.c and stage_neon.c
+ * (bit-identical to the scalar ones; rotate_neon.h); this file detects the
+ * CPU, names the kernels each entry
  * replaces and holds the yardstick's NEON pass. Both entries are defined on
  * every platform; elsewhere they are not supported. The cos/sin tables stay
  * scalar. */
@@ -31,6 +32,19 @@
 ROPE_NEON_TYPES(ROPE_DECLARE_NEON_ROT_)
 void rope_rot_il_bf16_neonbf16(ROPE_ROT_PARAMS);
 void rope_rot_sh_bf16_neonbf16(ROPE_ROT_PARAMS);
+/* The stage kernels (stage_neon.c), for the same storage types, and the
+ * narrowing of double to float32 and float64; "neonbf16" narrows float32 to
+ * bfloat16 by BFCVTN. */
+#define ROPE_DECLARE_NEON_STAGE_(code, sfx)                                    \
+    void rope_sumsq_##sfx##_neon(const void *x, int64_t n, double acc[8]);     \
+    void rope_normalise_##sfx##_neon(const void *x, int64_t n, double inv,     \
+                                     const double *w, void *out);              \
+    void rope_widen_##sfx##_neon(const void *x, int64_t n, void *out);         \
+    void rope_narrow_float_##sfx##_neon(const void *in, int64_t n, void *out);
+ROPE_NEON_TYPES(ROPE_DECLARE_NEON_STAGE_)
+void rope_narrow_double_f32_neon(const void *in, int64_t n, void *out);
+void rope_narrow_double_f64_neon(const void *in, int64_t n, void *out);
+void rope_narrow_float_bf16_neonbf16(const void *in, int64_t n, void *out);
 
 static int neon_supported(void) { return 1; }
 
@@ -62,11 +76,17 @@ static void pass_neon(unsigned char *p, int64_t n, uint32_t mask)
 
 #define ROPE_NEON_ROW_(code, sfx)                                              \
     k->rot[code][ROPE_INTERLEAVED] = rope_rot_il_##sfx##_neon;                 \
-    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_neon;
+    k->rot[code][ROPE_SPLIT_HALF] = rope_rot_sh_##sfx##_neon;                  \
+    k->sumsq[code] = rope_sumsq_##sfx##_neon;                                  \
+    k->normalise[code] = rope_normalise_##sfx##_neon;                          \
+    k->widen[code] = rope_widen_##sfx##_neon;                                  \
+    k->narrow_float[code] = rope_narrow_float_##sfx##_neon;
 
 static void neon_override(rope_kernels *k)
 {
     ROPE_NEON_TYPES(ROPE_NEON_ROW_)
+    k->narrow_double[ROPE_F32] = rope_narrow_double_f32_neon;
+    k->narrow_double[ROPE_F64] = rope_narrow_double_f64_neon;
     k->pass = pass_neon;
 }
 
@@ -74,6 +94,7 @@ static void neonbf16_override(rope_kernels *k) /* on "neon"'s kernels */
 {
     k->rot[ROPE_BF16][ROPE_INTERLEAVED] = rope_rot_il_bf16_neonbf16;
     k->rot[ROPE_BF16][ROPE_SPLIT_HALF] = rope_rot_sh_bf16_neonbf16;
+    k->narrow_float[ROPE_BF16] = rope_narrow_float_bf16_neonbf16;
 }
 
 const rope_isa rope_isa_neon = {"neon", neon_supported, neon_override, FEATURES_NEON};

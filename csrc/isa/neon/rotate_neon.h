@@ -80,6 +80,54 @@ ROPE_NEON_INLINE uint32x4_t rope_neon_bf16_round(float32x4_t v)
     return vsraq_n_u32(vaddq_u32(u, vdupq_n_u32(0x7FFFu)), vshlq_n_u32(u, 15), 31);
 }
 
+/* ---- the 16-bit storage types' 8-lane loads and stores ------------------
+ * (the rotation kernels of rotate_neon_f16.c and rotate_neon_bf16.c and the
+ * stage kernels of stage_neon.c): float16 through FCVTL/FCVTN, bfloat16 by
+ * a shift and the integer rounding above or, where FEAT_BF16 is (functions
+ * marked ROPE_NEON_BF16 run only after isa_neon.c has found it), BFCVTN. */
+
+#define ROPE_NEON_BF16 __attribute__((target("arch=armv8.2-a+bf16")))
+
+/* 8 values <-> two float32 vectors (FCVTL/FCVTL2, FCVTN/FCVTN2). */
+ROPE_NEON_INLINE void widen8_f16(uint16x8_t u, float32x4_t *a, float32x4_t *b)
+{
+    const float16x8_t h = vreinterpretq_f16_u16(u);
+    *a = vcvt_f32_f16(vget_low_f16(h));
+    *b = vcvt_high_f32_f16(h);
+}
+ROPE_NEON_INLINE uint16x8_t narrow8_f16(float32x4_t a, float32x4_t b)
+{
+    return vreinterpretq_u16_f16(vcvt_high_f16_f32(vcvt_f16_f32(a), b));
+}
+
+ROPE_NEON_INLINE void ld8_f16(const uint16_t *p, float32x4_t *a, float32x4_t *b)
+{
+    widen8_f16(vld1q_u16(p), a, b);
+}
+ROPE_NEON_INLINE void st8_f16(uint16_t *p, float32x4_t a, float32x4_t b)
+{
+    vst1q_u16(p, narrow8_f16(a, b));
+}
+ROPE_NEON_INLINE void ld8_bf16(const uint16_t *p, float32x4_t *a, float32x4_t *b)
+{
+    const uint16x8_t u = vld1q_u16(p);
+    *a = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(u), 16));
+    *b = vreinterpretq_f32_u32(vshll_high_n_u16(u, 16));
+}
+ROPE_NEON_INLINE void st8_bf16(uint16_t *p, float32x4_t a, float32x4_t b)
+{
+    const uint16x4_t lo = vshrn_n_u32(rope_neon_bf16_round(a), 16);
+    vst1q_u16(p, vshrn_high_n_u32(lo, rope_neon_bf16_round(b), 16));
+}
+ROPE_NEON_BF16 static inline uint16x8_t narrow8_bfcvt(float32x4_t a, float32x4_t b)
+{
+    return vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(a), b));
+}
+ROPE_NEON_BF16 static inline void st8_bfcvt(uint16_t *p, float32x4_t a, float32x4_t b)
+{
+    vst1q_u16(p, narrow8_bfcvt(a, b));
+}
+
 /* ---- split half, float32 arithmetic: float32, float16, bfloat16 storage --- */
 
 /* Pairs i..i+7 of one head: (x + i, x + i + half) -> (y + i, y + i + half).

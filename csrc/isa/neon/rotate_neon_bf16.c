@@ -15,18 +15,8 @@
 
 #ifdef ROPE_HAVE_NEON
 
-/* FEAT_BF16 (BFCVTN): functions so marked run only after isa_neon.c has
- * found it. */
-#define ROPE_NEON_BF16 __attribute__((target("arch=armv8.2-a+bf16")))
-
 /* ---- loads: 8 and 4 lanes, and the pair lanes of the interleaved kernels -- */
 
-ROPE_NEON_INLINE void ld8_bf16(const uint16_t *p, float32x4_t *a, float32x4_t *b)
-{
-    const uint16x8_t u = vld1q_u16(p);
-    *a = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(u), 16));
-    *b = vreinterpretq_f32_u32(vshll_high_n_u16(u, 16));
-}
 ROPE_NEON_INLINE float32x4_t ld4_bf16(const uint16_t *p)
 {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16));
@@ -41,11 +31,6 @@ ROPE_NEON_INLINE void ld_pairs_bf16(const uint16_t *p, float32x4_t *x0, float32x
 
 /* ---- "neon": integer rounding -------------------------------------------- */
 
-ROPE_NEON_INLINE void st8_bf16(uint16_t *p, float32x4_t a, float32x4_t b)
-{
-    const uint16x4_t lo = vshrn_n_u32(rope_neon_bf16_round(a), 16);
-    vst1q_u16(p, vshrn_high_n_u32(lo, rope_neon_bf16_round(b), 16));
-}
 ROPE_NEON_INLINE void st4_bf16(uint16_t *p, float32x4_t v)
 {
     vst1_u16(p, vshrn_n_u32(rope_neon_bf16_round(v), 16));
@@ -111,14 +96,6 @@ void rope_rot_il_bf16_neon(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
 ROPE_NEON_BF16 static inline void st4_bfcvt(uint16_t *p, float32x4_t v)
 {
     vst1_u16(p, vreinterpret_u16_bf16(vcvt_bf16_f32(v)));
-}
-ROPE_NEON_BF16 static inline uint16x8_t narrow8_bfcvt(float32x4_t a, float32x4_t b)
-{
-    return vreinterpretq_u16_bf16(vcvtq_high_bf16_f32(vcvtq_low_bf16_f32(a), b));
-}
-ROPE_NEON_BF16 static inline void st8_bfcvt(uint16_t *p, float32x4_t a, float32x4_t b)
-{
-    vst1q_u16(p, narrow8_bfcvt(a, b));
 }
 ROPE_NEON_BF16 static inline void st_pairs8_bfcvt(uint16_t *p, float32x4_t y0a, float32x4_t y1a,
                                                    float32x4_t y0b, float32x4_t y1b)

@@ -7,26 +7,6 @@
 
 #ifdef ROPE_HAVE_NEON
 
-/* 8 values <-> two float32 vectors (FCVTL/FCVTL2, FCVTN/FCVTN2). */
-ROPE_NEON_INLINE void widen8_f16(uint16x8_t u, float32x4_t *a, float32x4_t *b)
-{
-    const float16x8_t h = vreinterpretq_f16_u16(u);
-    *a = vcvt_f32_f16(vget_low_f16(h));
-    *b = vcvt_high_f32_f16(h);
-}
-ROPE_NEON_INLINE uint16x8_t narrow8_f16(float32x4_t a, float32x4_t b)
-{
-    return vreinterpretq_u16_f16(vcvt_high_f16_f32(vcvt_f16_f32(a), b));
-}
-
-ROPE_NEON_INLINE void ld8_f16(const uint16_t *p, float32x4_t *a, float32x4_t *b)
-{
-    widen8_f16(vld1q_u16(p), a, b);
-}
-ROPE_NEON_INLINE void st8_f16(uint16_t *p, float32x4_t a, float32x4_t b)
-{
-    vst1q_u16(p, narrow8_f16(a, b));
-}
 ROPE_NEON_INLINE float32x4_t ld4_f16(const uint16_t *p)
 {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p)));

@@ -1,0 +1,252 @@
+/* AVX2 stage kernels of rope_rotate_staged (kernels.h; scalar/stage.c is
+ * their specification), bit-identical to the scalar ones:
+ *   sumsq      the 8 double lanes in two vectors of 4 (lanes 0-3, 4-7), so
+ *              element i still goes to lane i mod 8 in increasing i; each
+ *              element widened exactly (float16 through F16C, bfloat16 by a
+ *              shift), squared and added as two roundings (no FMA: the
+ *              build has -ffp-contract=off); the last n mod 8 elements
+ *              update only their lanes (a blend), so the other lanes keep
+ *              their bits, -0 and NaN payloads included;
+ *   normalise  x * (inv * w) in double, 8 elements per step, rounded once
+ *              to the arithmetic type (vcvtpd2ps rounds as a C cast does);
+ *   widen      float16 through F16C, bfloat16 by a shift (exact), float32
+ *              and float64 a copy;
+ *   narrow     float32 to float16 through F16C (the rounding of convert.h),
+ *              to bfloat16 by the integer rounding of convert.h, to float64
+ *              exactly; double to float32 by vcvtpd2ps; float32 to float32
+ *              and double to float64 a copy.
+ * Where both operands of an add or a multiply are NaN, IEEE leaves open
+ * which one the result carries; x86 takes the first operand's, so the
+ * operands come in the order the scalar kernels compile to with gcc (the
+ * square before the lane's sum, inv before w, x before inv * w but inv * w
+ * before x for float64), in asm so that the compiler cannot swap them: the
+ * same NaN bits too (tests/c/kernels_identical.c counts any that differ).
+ * The last elements (fewer than one step) go through a stack copy of 8,
+ * padded with zeros, so no access reaches past the arrays. */
+#include <string.h>
+
+#include "rotate_avx2.h"
+
+#ifdef ROPE_HAVE_X86
+
+/* ---- 8 elements as double (two vectors), and 8 results stored --------------- */
+
+ROPE_AVX2 static inline void split8d(__m256 v, __m256d *lo, __m256d *hi)
+{
+    *lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    *hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+ROPE_AVX2 static inline void ld8d_f32(const float *p, __m256d *lo, __m256d *hi)
+{
+    *lo = _mm256_cvtps_pd(_mm_loadu_ps(p));
+    *hi = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+}
+ROPE_AVX2 static inline void ld8d_f16(const uint16_t *p, __m256d *lo, __m256d *hi)
+{
+    split8d(ld8_f16(p), lo, hi);
+}
+ROPE_AVX2 static inline void ld8d_bf16(const uint16_t *p, __m256d *lo, __m256d *hi)
+{
+    split8d(ld8_bf16(p), lo, hi);
+}
+ROPE_AVX2 static inline void ld8d_f64(const double *p, __m256d *lo, __m256d *hi)
+{
+    *lo = _mm256_loadu_pd(p);
+    *hi = _mm256_loadu_pd(p + 4);
+}
+
+/* 8 doubles rounded once to float, or stored as they are. */
+ROPE_AVX2 static inline void st8_float(float *p, __m256d lo, __m256d hi)
+{
+    _mm256_storeu_ps(p, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+}
+ROPE_AVX2 static inline void st8_double(double *p, __m256d lo, __m256d hi)
+{
+    _mm256_storeu_pd(p, lo);
+    _mm256_storeu_pd(p + 4, hi);
+}
+
+/* a + b and a * b with a the first operand, whose NaN x86 keeps when both
+ * are NaN. The compiler takes an intrinsic's add or multiply as commutative
+ * and may swap its operands; in asm they stay where they are written. */
+ROPE_AVX2 static inline __m256d add_in_order(__m256d a, __m256d b)
+{
+    __m256d r;
+    __asm__("vaddpd %2, %1, %0" : "=x"(r) : "x"(a), "x"(b));
+    return r;
+}
+ROPE_AVX2 static inline __m256d mul_in_order(__m256d a, __m256d b)
+{
+    __m256d r;
+    __asm__("vmulpd %2, %1, %0" : "=x"(r) : "x"(a), "x"(b));
+    return r;
+}
+
+/* x * s in the order the scalar kernel compiles to (above): x first for the
+ * float arithmetic types, s first for double. */
+#define MUL_XS_FLOAT(x, s) mul_in_order(x, s)
+#define MUL_XS_DOUBLE(x, s) mul_in_order(s, x)
+
+/* ---- sum of squares ------------------------------------------------------------ */
+
+/* The lanes a caller passes in, read in 16-byte pieces: a caller compiled
+ * for the baseline zeroes them with 16-byte stores, and a wider load over
+ * several such stores cannot take its bytes from them in flight (store to
+ * load forwarding fails): it waits until they reach the cache, which is
+ * after everything before them has retired, one head's work serialised
+ * behind the previous head's (measured: the sums of squares 2x slower). */
+ROPE_AVX2 static inline __m256d load_lanes4(const double *acc)
+{
+    return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(acc)), _mm_loadu_pd(acc + 2), 1);
+}
+
+#define ROPE_AVX2_SUMSQ(sfx, T, LD8D)                                                \
+    ROPE_AVX2 void rope_sumsq_##sfx##_avx2(const void *xv, int64_t n, double acc[8]) \
+    {                                                                                \
+        const T *x = (const T *)xv;                                                  \
+        __m256d a0 = load_lanes4(acc), a1 = load_lanes4(acc + 4);            \
+        int64_t i = 0;                                                               \
+        for (; i + 8 <= n; i += 8) {                                                 \
+            __m256d v0, v1;                                                          \
+            LD8D(x + i, &v0, &v1);                                                   \
+            a0 = add_in_order(_mm256_mul_pd(v0, v0), a0);                           \
+            a1 = add_in_order(_mm256_mul_pd(v1, v1), a1);                           \
+        }                                                                            \
+        if (i < n) { /* lanes 0 .. n-i-1 only */                                     \
+            T t[8];                                                                  \
+            memset(t, 0, sizeof t);                                                  \
+            memcpy(t, x + i, (size_t)(n - i) * sizeof(T));                           \
+            __m256d v0, v1;                                                          \
+            LD8D(t, &v0, &v1);                                                       \
+            const __m256i r = _mm256_set1_epi64x(n - i);                             \
+            const __m256d m0 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(r, _mm256_setr_epi64x(0, 1, 2, 3))); \
+            const __m256d m1 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(r, _mm256_setr_epi64x(4, 5, 6, 7))); \
+            a0 = _mm256_blendv_pd(a0, add_in_order(_mm256_mul_pd(v0, v0), a0), m0); \
+            a1 = _mm256_blendv_pd(a1, add_in_order(_mm256_mul_pd(v1, v1), a1), m1); \
+        }                                                                            \
+        _mm256_storeu_pd(acc, a0);                                                   \
+        _mm256_storeu_pd(acc + 4, a1);                                               \
+    }
+
+ROPE_AVX2_SUMSQ(f32, float, ld8d_f32)
+ROPE_AVX2_SUMSQ(f16, uint16_t, ld8d_f16)
+ROPE_AVX2_SUMSQ(bf16, uint16_t, ld8d_bf16)
+ROPE_AVX2_SUMSQ(f64, double, ld8d_f64)
+
+/* ---- normalise ----------------------------------------------------------------- */
+
+/* out = (A)(x * (inv * w)), one loop with weights and one without. */
+#define ROPE_AVX2_NORMALISE(sfx, T, A, LD8D, ST8, MUL_XS)                             \
+    ROPE_AVX2 void rope_normalise_##sfx##_avx2(const void *xv, int64_t n, double inv, \
+                                               const double *w, void *outv)           \
+    {                                                                                \
+        const T *x = (const T *)xv;                                                  \
+        A *out = (A *)outv;                                                          \
+        const __m256d vi = _mm256_set1_pd(inv);                                      \
+        const int64_t n8 = n & ~(int64_t)7;                                          \
+        __m256d v0, v1;                                                              \
+        if (w)                                                                       \
+            for (int64_t i = 0; i < n8; i += 8) {                                    \
+                LD8D(x + i, &v0, &v1);                                               \
+                const __m256d s0 = mul_in_order(vi, _mm256_loadu_pd(w + i));        \
+                const __m256d s1 = mul_in_order(vi, _mm256_loadu_pd(w + i + 4));    \
+                ST8(out + i, MUL_XS(v0, s0), MUL_XS(v1, s1));                        \
+            }                                                                        \
+        else                                                                         \
+            for (int64_t i = 0; i < n8; i += 8) {                                    \
+                LD8D(x + i, &v0, &v1);                                               \
+                ST8(out + i, MUL_XS(v0, vi), MUL_XS(v1, vi));                        \
+            }                                                                        \
+        if (n8 < n) {                                                                \
+            const size_t r = (size_t)(n - n8);                                       \
+            T t[8];                                                                  \
+            A o[8];                                                                  \
+            memset(t, 0, sizeof t);                                                  \
+            memcpy(t, x + n8, r * sizeof(T));                                        \
+            LD8D(t, &v0, &v1);                                                       \
+            __m256d s0 = vi, s1 = vi;                                                \
+            if (w) {                                                                 \
+                double tw[8];                                                        \
+                memset(tw, 0, sizeof tw);                                            \
+                memcpy(tw, w + n8, r * sizeof(double));                              \
+                s0 = mul_in_order(vi, _mm256_loadu_pd(tw));                         \
+                s1 = mul_in_order(vi, _mm256_loadu_pd(tw + 4));                     \
+            }                                                                        \
+            ST8(o, MUL_XS(v0, s0), MUL_XS(v1, s1));                                  \
+            memcpy(out + n8, o, r * sizeof(A));                                      \
+        }                                                                            \
+    }
+
+ROPE_AVX2_NORMALISE(f32, float, float, ld8d_f32, st8_float, MUL_XS_FLOAT)
+ROPE_AVX2_NORMALISE(f16, uint16_t, float, ld8d_f16, st8_float, MUL_XS_FLOAT)
+ROPE_AVX2_NORMALISE(bf16, uint16_t, float, ld8d_bf16, st8_float, MUL_XS_FLOAT)
+ROPE_AVX2_NORMALISE(f64, double, double, ld8d_f64, st8_double, MUL_XS_DOUBLE)
+
+/* ---- conversions ----------------------------------------------------------------- */
+
+/* An 8-element step CONV(in + i, out + i) over [0, n), the last elements
+ * through stack copies; SPEC: empty, or static. */
+#define ROPE_AVX2_CONVERT(SPEC, NAME, TI, TO, CONV)                                  \
+    ROPE_AVX2 SPEC void NAME(const void *inv_, int64_t n, void *outv)                \
+    {                                                                                \
+        const TI *in = (const TI *)inv_;                                             \
+        TO *out = (TO *)outv;                                                        \
+        int64_t i = 0;                                                               \
+        for (; i + 8 <= n; i += 8)                                                   \
+            CONV(in + i, out + i);                                                   \
+        if (i < n) {                                                                 \
+            TI t[8];                                                                 \
+            TO o[8];                                                                 \
+            memset(t, 0, sizeof t);                                                  \
+            memcpy(t, in + i, (size_t)(n - i) * sizeof(TI));                         \
+            CONV(t, o);                                                              \
+            memcpy(out + i, o, (size_t)(n - i) * sizeof(TO));                        \
+        }                                                                            \
+    }
+
+/* Exact copies: float32 to float32, float64 to float64. */
+#define ROPE_AVX2_COPY(NAME, T)                                                      \
+    void NAME(const void *in, int64_t n, void *out)                                  \
+    {                                                                                \
+        memcpy(out, in, (size_t)n * sizeof(T));                                      \
+    }
+
+#define WIDEN8_F16(p, q) _mm256_storeu_ps(q, ld8_f16(p))
+#define WIDEN8_BF16(p, q) _mm256_storeu_ps(q, ld8_bf16(p))
+ROPE_AVX2_CONVERT(, rope_widen_f16_avx2, uint16_t, float, WIDEN8_F16)
+ROPE_AVX2_CONVERT(, rope_widen_bf16_avx2, uint16_t, float, WIDEN8_BF16)
+ROPE_AVX2_COPY(rope_widen_f32_avx2, float)
+ROPE_AVX2_COPY(rope_widen_f64_avx2, double)
+
+#define NARROW8_F16(p, q) st8_f16(q, _mm256_loadu_ps(p))
+#define NARROW8_BF16(p, q) st8_bf16(q, _mm256_loadu_ps(p))
+#define NARROW8_F64(p, q)                                                            \
+    do {                                                                             \
+        _mm256_storeu_pd(q, _mm256_cvtps_pd(_mm_loadu_ps(p)));                       \
+        _mm256_storeu_pd((q) + 4, _mm256_cvtps_pd(_mm_loadu_ps((p) + 4)));           \
+    } while (0)
+ROPE_AVX2_CONVERT(, rope_narrow_float_f16_avx2, float, uint16_t, NARROW8_F16)
+ROPE_AVX2_CONVERT(static, narrow8_bf16, float, uint16_t, NARROW8_BF16)
+ROPE_AVX2_CONVERT(, rope_narrow_float_f64_avx2, float, double, NARROW8_F64)
+ROPE_AVX2_COPY(rope_narrow_float_f32_avx2, float)
+
+/* float32 to bfloat16, 16 per step: both vectors rounded (convert.h), packed
+ * to 16 bits in one instruction (the values fit: no saturation), the 64-bit
+ * blocks back in order; then 8 at a time. */
+ROPE_AVX2 void rope_narrow_float_bf16_avx2(const void *inv_, int64_t n, void *outv)
+{
+    const float *in = (const float *)inv_;
+    uint16_t *out = (uint16_t *)outv;
+    const int64_t n16 = n & ~(int64_t)15;
+    for (int64_t i = 0; i < n16; i += 16) {
+        const __m256i r0 = bf16_round(_mm256_loadu_ps(in + i)), r1 = bf16_round(_mm256_loadu_ps(in + i + 8));
+        _mm256_storeu_si256((__m256i *)(out + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xD8));
+    }
+    narrow8_bf16(in + n16, n - n16, out + n16);
+}
+
+#define NARROW8_D_F32(p, q) st8_float(q, _mm256_loadu_pd(p), _mm256_loadu_pd((p) + 4))
+ROPE_AVX2_CONVERT(, rope_narrow_double_f32_avx2, double, float, NARROW8_D_F32)
+ROPE_AVX2_COPY(rope_narrow_double_f64_avx2, double)
+
+#endif
