@@ -275,10 +275,12 @@ enum {
     ROPE_NORM_TOKEN = 2    /* RMSNorm across all heads of a token (n_heads * head_dim) */
 };
 
-/* One tensor's stage:
- *   - rotate: 1 rotates (after the norm, if any); 0 copies x to out
- *     unchanged (values in a cache write: never normalised nor rotated).
- *   - norm, norm_weight, norm_eps (rotate only): y = x * (inv * w) with
+/* One tensor's stage. A stage of zeros (C's {0}) is rope_rotate's plain
+ * rotation of x into out: every field below opts into something more.
+ *   - copy: 0 rotates (after the norm, if any); 1 copies x to out instead
+ *     (values in a cache write: never normalised nor rotated; converted if
+ *     convert says so).
+ *   - norm, norm_weight, norm_eps (not with copy): y = x * (inv * w) with
  *     inv = 1 / sqrt(mean(x^2) + eps) over the norm's group, computed in
  *     double (the sum of squares over 8 lanes in a fixed order: the scalar
  *     kernels in scalar/stage.c are the specification), rounded once to the
@@ -286,25 +288,29 @@ enum {
  *     is normalised, the rotary ones are rotated too. norm_weight: NULL (w =
  *     1), [head_dim] doubles (ROPE_NORM_HEAD, shared by every head) or
  *     [n_heads * head_dim] (ROPE_NORM_TOKEN); eps finite and > 0.
- *   - out_dtype: the storage type of out, -1 for the op's. Another type is
- *     written from the arithmetic value, rounded once: float32, float16 and
- *     bfloat16 data go to any storage type, float64 data to float64 or
- *     float32 (else ROPE_E_STAGE).
+ *   - convert, out_dtype: convert 0 stores the op's storage type (out_dtype
+ *     is not read); 1 stores out_dtype, written from the arithmetic value,
+ *     rounded once: float32, float16 and bfloat16 data go to any storage
+ *     type, float64 data to float64 or float32 (else ROPE_E_STAGE). out's
+ *     strides count elements of the type stored.
  *   - slots: NULL, out is addressed as in rope_tensor. Else out is a cache
  *     of n_slots slots in blocks of block_size: token (b, s) goes to slot
  *     k = slots[b*slot_strides[0] + s*slot_strides[1]], head h at
  *     out + (k / block_size)*out_strides[0] + (k % block_size)*out_strides[1]
- *     + h*out_strides[2] (a [blocks, block_size, heads, dim] cache or a
- *     [blocks, heads, block_size, dim] one, by the strides); k == -1 skips
+ *     + h*out_strides[2] (out_strides are {block, slot in the block, head}
+ *     here: a [blocks, block_size, heads, dim] cache or a [blocks, heads,
+ *     block_size, dim] one, by the strides; the cache spans ceil(n_slots /
+ *     block_size) blocks, n_slots need not fill the last); k == -1 skips
  *     the token; every other k must satisfy 0 <= k < n_slots, checked before
  *     anything is written (ROPE_E_SLOT). out is never x. Two tokens with one
  *     slot leave either's values there (the caller refuses them).
  * A stage with norm or another out type needs head_dim <= ROPE_MAX_STAGE_DIM. */
 typedef struct {
-    int rotate;
+    int copy;
     int norm;
     const double *norm_weight;
     double norm_eps;
+    int convert;
     int out_dtype;
     const int64_t *slots;
     int64_t slot_strides[2];

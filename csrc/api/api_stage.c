@@ -53,14 +53,14 @@ static int64_t head_dim_weights(const rope_op *op, const rope_tensor *t, const r
 /* Check one tensor and its stage (already copied) against the op. */
 static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stage *st)
 {
-    if (st->rotate != 0 && st->rotate != 1)
+    if ((st->copy != 0 && st->copy != 1) || (st->convert != 0 && st->convert != 1))
         return ROPE_E_STAGE;
     if (st->norm != ROPE_NORM_NONE && st->norm != ROPE_NORM_HEAD && st->norm != ROPE_NORM_TOKEN)
         return ROPE_E_STAGE;
-    if (st->norm != ROPE_NORM_NONE && (!st->rotate || !isfinite(st->norm_eps) || !(st->norm_eps > 0)))
+    if (st->norm != ROPE_NORM_NONE && (st->copy || !isfinite(st->norm_eps) || !(st->norm_eps > 0)))
         return ROPE_E_STAGE;
     const int wide = ROPE_WIDE_ROWS[op->dtype];
-    const int out_dtype = st->out_dtype;   /* -1 already replaced by the op's */
+    const int out_dtype = st->out_dtype;   /* already the op's unless convert */
     if (out_dtype < 0 || out_dtype >= ROPE_N_DTYPES)
         return ROPE_E_DTYPE;
     if (wide && out_dtype != ROPE_F64 && out_dtype != ROPE_F32)
@@ -198,7 +198,7 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
     const int inverse = op->inverse != 0;
     if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype) {
-        if (st->rotate) {
+        if (!st->copy) {
             j->kern->rot[op->dtype][op->layout](xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn,
                                                  half, inverse);
             const size_t tail = (size_t)((head_dim - op->rotary_dim) * elem);
@@ -256,7 +256,7 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
         } else {
             kern->widen[op->dtype](xh, head_dim, row);
         }
-        if (st->rotate)
+        if (!st->copy)
             rot(row, row, 0, 0, 1, c, sn, half, inverse);
         narrow(row, head_dim, ov + h * t->out_strides[2] * oelem);
     }
@@ -333,7 +333,7 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
     memcpy(t, given_t, (size_t)n_tensors * sizeof *t);
     memcpy(st, given_st, (size_t)n_tensors * sizeof *st);
     for (int k = 0; k < n_tensors; k++)   /* the op's storage type, once, for every use below */
-        if (st[k].out_dtype == -1)
+        if (!st[k].convert)
             st[k].out_dtype = op->dtype;
     int64_t heads_total = 0;
     for (int k = 0; k < n_tensors; k++) {

@@ -7,7 +7,7 @@
  * forward step does all of it in one pass over the tokens:
  *   q  normalised and rotated in place (for attention);
  *   k  normalised, rotated and written into its cache slot;
- *   v  copied into its cache slot (rotate = 0: never normalised nor rotated).
+ *   v  copied into its cache slot (copy = 1: never normalised nor rotated).
  * The first step is a prefill of PROMPT tokens, then STEPS decode steps of one
  * token each. cos/sin are computed on the fly from inv_freq (no table; a
  * table as in decode_loop.c gives the same bits).
@@ -165,13 +165,13 @@ int main(void)
              .x_strides = {n * N_KV * HEAD_DIM, N_KV * HEAD_DIM, HEAD_DIM},
              .out_strides = {BLOCK_SIZE * N_KV * HEAD_DIM, N_KV * HEAD_DIM, HEAD_DIM}},
         };
-        /* Token s goes to slot slots[s] (slot_strides {batch, seq}); out_dtype -1
-         * keeps the op's float32. */
+        /* Token s goes to slot slots[s] (slot_strides {batch, seq}); fields left
+         * out are zero: rotate (copy = 0), store the op's float32 (convert = 0). */
         rope_stage stages[3] = {
-            {.rotate = 1, .norm = ROPE_NORM_HEAD, .norm_weight = q_weight, .norm_eps = EPS, .out_dtype = -1},
-            {.rotate = 1, .norm = ROPE_NORM_HEAD, .norm_weight = k_weight, .norm_eps = EPS, .out_dtype = -1,
+            {.norm = ROPE_NORM_HEAD, .norm_weight = q_weight, .norm_eps = EPS},
+            {.norm = ROPE_NORM_HEAD, .norm_weight = k_weight, .norm_eps = EPS,
              .slots = slots, .slot_strides = {n, 1}, .n_slots = N_SLOTS, .block_size = BLOCK_SIZE},
-            {.rotate = 0, .norm = ROPE_NORM_NONE, .out_dtype = -1,
+            {.copy = 1, .norm = ROPE_NORM_NONE,
              .slots = slots, .slot_strides = {n, 1}, .n_slots = N_SLOTS, .block_size = BLOCK_SIZE},
         };
         /* Positions first + s; a slot is a place, the position says the angle. */
@@ -213,9 +213,9 @@ int main(void)
          .out_strides = {BLOCK_SIZE * N_KV * HEAD_DIM, N_KV * HEAD_DIM, HEAD_DIM}},
     };
     rope_stage kv_stages[2] = {
-        {.rotate = 1, .norm = ROPE_NORM_HEAD, .norm_weight = k_weight, .norm_eps = EPS, .out_dtype = -1,
+        {.norm = ROPE_NORM_HEAD, .norm_weight = k_weight, .norm_eps = EPS,
          .slots = &good, .slot_strides = {1, 1}, .n_slots = N_SLOTS, .block_size = BLOCK_SIZE},
-        {.rotate = 0, .out_dtype = -1, .slots = &bad, .slot_strides = {1, 1}, .n_slots = N_SLOTS,
+        {.copy = 1, .slots = &bad, .slot_strides = {1, 1}, .n_slots = N_SLOTS,
          .block_size = BLOCK_SIZE},
     };
     rope_angles last = {.source = ROPE_POS_OFFSET, .offset = N_TOKENS - 1, .inv_freq = inv_freq, .scale = 1.0};

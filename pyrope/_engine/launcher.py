@@ -69,7 +69,7 @@ class Call:
         first head (``a[0, ..., 0]``, contiguous since the last axis is);
         None: every array C-contiguous. ``stages``: None (``rope_rotate``), or
         per tensor the fields of its ``rope_stage`` but the pointers (a dict:
-        ``rotate``, ``norm``, ``norm_eps``, ``out_dtype``, ``slot_strides``,
+        ``copy``, ``norm``, ``norm_eps``, ``convert``, ``out_dtype``, ``slot_strides``,
         ``n_slots``, ``block_size``): the call runs ``rope_rotate_staged``,
         each launch giving the weights and slots (``stage_data``)."""
         self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,

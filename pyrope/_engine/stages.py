@@ -23,9 +23,9 @@ def fields(norm=None, rotate=True, out_dtype=None, slots=None):
     (0, 1) for one sequence of tokens, given per call otherwise: see
     :func:`slot_fields`)."""
     n_slots, block_size = slots if slots is not None else (0, 1)
-    return dict(rotate=1 if rotate else 0, norm=NORMS[None if norm is None else norm[0]],
-                norm_eps=1.0 if norm is None else norm[2],
-                out_dtype=-1 if out_dtype is None else DTYPE_CODES[out_dtype],
+    return dict(copy=0 if rotate else 1, norm=NORMS[None if norm is None else norm[0]],
+                norm_eps=1.0 if norm is None else norm[2], convert=0 if out_dtype is None else 1,
+                out_dtype=0 if out_dtype is None else DTYPE_CODES[out_dtype],
                 slot_strides=[0, 1], n_slots=n_slots, block_size=block_size)
 
 

@@ -1355,14 +1355,17 @@ static void fuzz_staged(reader *r)
         default: t->xs[0] = ns * h * (hd + 3), t->xs[1] = h * (hd + 3), t->xs[2] = hd + 3; break;
         }
         rope_stage *st = &t->st;
-        st->rotate = (int)take_small(r, 0, take(r, 1) % 16 == 0 ? 2 : 1);
+        st->copy = (int)take_small(r, 0, take(r, 1) % 16 == 0 ? 2 : 1);
         st->norm = (int)(take(r, 1) % 7);
         st->norm = st->norm >= 3 ? (st->norm == 6 ? 3 : st->norm % 3) : st->norm; /* 0..2, sometimes 3 */
         st->norm_eps = take_eps(r);
         const int sel = (int)(take(r, 1) % 8);
-        st->out_dtype = sel < 4 ? -1 : sel == 7 ? n_dtypes + (int)(take(r, 1) % 3) : (int)take_small(r, 0, n_dtypes - 1);
-        t->out_dtype = st->out_dtype;
-        const int odt = st->out_dtype == -1 ? dtype : st->out_dtype;
+        /* convert 0 leaves out_dtype unread: any value there (a stage of zeros, or garbage) */
+        st->convert = sel < 4 ? 0 : take(r, 1) % 32 == 0 ? 2 : 1;
+        st->out_dtype = sel < 4 ? (int)take(r, 1) - 128
+                                : sel == 7 ? n_dtypes + (int)(take(r, 1) % 3) : (int)take_small(r, 0, n_dtypes - 1);
+        t->out_dtype = st->convert == 0 ? -1 : st->out_dtype;
+        const int odt = t->out_dtype == -1 ? dtype : t->out_dtype;
         t->oes = rope_dtype_size(odt) > 0 ? (size_t)rope_dtype_size(odt) : 2;
         const int slotted = (int)(take(r, 1) % 3 == 0);
         t->in_place = !slotted && take(r, 1) % 3 == 0 && t->oes == es;

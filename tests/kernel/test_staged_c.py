@@ -48,7 +48,9 @@ class Staged:
         self.tensors.append(dict(x=ptr(x), out=ptr(out), n_heads=x.shape[2],
                                  x_strides=[s // es for s in x.strides[:3]],
                                  out_strides=out_strides or [s // eo for s in out.strides[:3]]))
-        self.stages.append(dict(rotate=rotate, norm=norm, norm_eps=eps, out_dtype=out_dtype,
+        # rotate/out_dtype as the tests think of them (-1: the op's type); rope_stage has copy and convert
+        self.stages.append(dict(copy=1 - rotate, norm=norm, norm_eps=eps, convert=0 if out_dtype == -1 else 1,
+                                out_dtype=0 if out_dtype == -1 else out_dtype,
                                 norm_weight=ffi.NULL if weight is None else ffi.cast("double *", weight.ctypes.data),
                                 slots=ffi.NULL if slots is None else ffi.cast("int64_t *", slots.ctypes.data),
                                 slot_strides=[0, 1], n_slots=n_slots, block_size=block_size))
@@ -285,6 +287,7 @@ def test_refusals_write_nothing():
     assert status(norm=7) == lib.ROPE_E_STAGE
     assert status(rotate=2) == lib.ROPE_E_STAGE
     assert status(out_dtype=99) == lib.ROPE_E_DTYPE
+    assert status(out_dtype=-2) == lib.ROPE_E_DTYPE
     slots = np.array([0, 3, 1], np.int64)
     assert status(slots=slots, n_slots=3) == lib.ROPE_E_SLOT     # slot 3 of 3
     assert status(slots=np.array([0, -2, 1], np.int64), n_slots=3) == lib.ROPE_E_SLOT
@@ -294,6 +297,31 @@ def test_refusals_write_nothing():
     call = Staged(np.float64, "split_half", 3, 8, 8)
     call.add(x64, out16, out_dtype=lib.ROPE_F16)
     assert call.run() == lib.ROPE_E_STAGE and not out16.any()
+
+
+def test_a_stage_of_zeros_is_the_plain_rotation():
+    """C's {0} for a stage: rotate (copy 0), the op's storage type (convert 0, out_dtype not
+    read), no norm, no slots: rope_rotate's bits, for a 16-bit type whose code is not 0."""
+    x = rand((1, 5, 2, 16), BF16)
+    outs = []
+    for staged in (True, False):
+        call = Staged(BF16, "interleaved", 5, 16, 12)
+        out = np.zeros_like(x)
+        call.add(x, out)
+        call.stages[0] = {}   # every field zero
+        t = ffi.new("rope_tensor[]", call.tensors)
+        st = ffi.new("rope_stage[]", call.stages)
+        status = (lib.rope_rotate_staged(call.op, t, st, 1, call.angles) if staged
+                  else lib.rope_rotate(call.op, t, 1, call.angles))
+        assert status == lib.ROPE_OK
+        outs.append(out.view(np.uint16))
+    assert np.array_equal(*outs) and outs[0].any()
+    call = Staged(np.float32, "split_half", 3, 8, 8)
+    x32 = rand((1, 3, 1, 8), np.float32)
+    out = np.full_like(x32, 7.0)
+    call.add(x32, out)
+    call.stages[0]["convert"] = 2
+    assert call.run() == lib.ROPE_E_STAGE and np.all(out == 7.0)
 
 
 def test_weights_inside_an_output_are_refused():
