@@ -32,7 +32,8 @@ import pyrope
 from pyrope import Rope
 from pyrope._bench import report as _bench_report
 from pyrope._engine import plan as _plan
-from pyrope.benchmark import IDLE, MAX_REPS, TIMED, WARM, check_against_reference, placed
+from pyrope._bench.method import IDLE, MAX_REPS, TIMED, WARM
+from pyrope.benchmark import check_against_reference, placed
 
 SHAPE = (16384, 8, 128)
 ROUNDS = 21

@@ -26,7 +26,7 @@ import pytest
 
 import pyrope
 from pyrope import Rope
-from pyrope.benchmark import IDLE, WARM
+from pyrope._bench.method import IDLE, WARM
 
 try:
     import torch

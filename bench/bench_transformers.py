@@ -32,7 +32,7 @@ import time
 import numpy as np
 import pytest
 
-from pyrope.benchmark import IDLE, WARM
+from pyrope._bench.method import IDLE, WARM
 
 try:
     import torch
