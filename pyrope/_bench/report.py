@@ -20,7 +20,7 @@ import platform
 
 from . import method as _bench_method
 
-FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512fp16")
+FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "avx512_fp16")
 ISA_FAMILY = "avx512"   # the target "2x AVX2" is for the AVX-512 kernels
 
 
