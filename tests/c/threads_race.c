@@ -14,7 +14,10 @@
  * same calls at the same time -- a single-tensor rotation (each call
  * spreading its work over the library's thread pool when it can have it), q
  * and k rotated in place in one call, sectioned positions (from a table and
- * on the fly), and table builds -- while a fifth keeps cycling through every
+ * on the fly), a staged call (q normalised and rotated in place, k
+ * normalised, rotated and written to shuffled slots of a paged cache, v
+ * copied to them: rope_rotate_staged with the stage kernels), and table
+ * builds -- while a fifth keeps cycling through every
  * supported instruction set and switching the split rule on and off; every
  * result must still equal the reference. Built with -fsanitize=thread, any
  * data race in the pool, the dispatch choice or the kernels is reported and
@@ -53,18 +56,22 @@ static float q0[N], k0[NK];
 static double inv_freq[HALF];
 static float cos_tab[ROWS * HALF], sin_tab[ROWS * HALF]; /* positions 0..ROWS-1 */
 static int64_t list_pos[SEQ], sect_pos[COMP * SEQ];
+static int64_t slot_of[SEQ];    /* the staged call's cache slots: a permutation of 0..SEQ-1 */
+static double norm_w[DIM];
 static uint8_t pair_component[HALF];
 static atomic_int stop;
 
 /* Every call the driver makes, with its outputs. */
-enum { C_ROTATE, C_QK_TABLE, C_SECT_OTF, C_SECT_TABLE, C_RANGE, C_LIST, N_CALLS };
+enum { C_ROTATE, C_QK_TABLE, C_SECT_OTF, C_SECT_TABLE, C_RANGE, C_LIST, C_STAGED, N_CALLS };
 static const char *const CALL_NAME[N_CALLS] = {
     "rotate (one tensor, on the fly)", "q+k in one call (table)", "q+k, sectioned (on the fly)",
-    "q+k, sectioned (table)", "cos/sin range table", "cos/sin list table"};
+    "q+k, sectioned (table)", "cos/sin range table", "cos/sin list table",
+    "staged: q norm in place, k norm into cache slots, v copied"};
 
 typedef struct {
     float *q, *k, *out;     /* q and k rotate in place; out: the one-tensor call */
     float *cos, *sin;       /* table builds */
+    float *kc, *vc;         /* the staged call's caches, [SEQ / 4 blocks][4][KV_HEADS][DIM] */
 } results;
 
 static int alloc_results(results *r)
@@ -74,12 +81,14 @@ static int alloc_results(results *r)
     r->out = malloc(sizeof q0);
     r->cos = malloc(sizeof cos_tab);
     r->sin = malloc(sizeof sin_tab);
-    return r->q && r->k && r->out && r->cos && r->sin;
+    r->kc = malloc(sizeof k0);
+    r->vc = malloc(sizeof k0);
+    return r->q && r->k && r->out && r->cos && r->sin && r->kc && r->vc;
 }
 
 static void free_results(results *r)
 {
-    free(r->q); free(r->k); free(r->out); free(r->cos); free(r->sin);
+    free(r->q); free(r->k); free(r->out); free(r->cos); free(r->sin); free(r->kc); free(r->vc);
 }
 
 static rope_tensor contiguous(const float *x, float *out, int64_t heads)
@@ -116,6 +125,18 @@ static int run_call(int which, results *r, int n_threads)
             sect.table_rows = ROWS;
         }
         return rope_rotate(&op, qk, 2, which == C_QK_TABLE ? &list_table : &sect);
+    case C_STAGED: {
+        memcpy(r->q, q0, sizeof q0);
+        const rope_tensor t[3] = {contiguous(r->q, r->q, HEADS),
+                                  {k0, r->kc, KV_HEADS, {0, KV_HEADS * DIM, DIM}, {4 * KV_HEADS * DIM, KV_HEADS * DIM, DIM}},
+                                  {k0, r->vc, KV_HEADS, {0, KV_HEADS * DIM, DIM}, {4 * KV_HEADS * DIM, KV_HEADS * DIM, DIM}}};
+        const rope_stage st[3] = {
+            {.norm = ROPE_NORM_HEAD, .norm_weight = norm_w, .norm_eps = 1e-6},
+            {.norm = ROPE_NORM_TOKEN, .norm_eps = 1e-5, .slots = slot_of, .slot_strides = {0, 1}, .n_slots = SEQ,
+             .block_size = 4},
+            {.copy = 1, .slots = slot_of, .slot_strides = {0, 1}, .n_slots = SEQ, .block_size = 4}};
+        return rope_rotate_staged(&op, t, st, 3, &list_table);
+    }
     case C_RANGE:
         return rope_cos_sin_range_f32(OFFSET, SEQ, inv_freq, HALF, 1.0, r->cos, r->sin);
     default:
@@ -129,6 +150,9 @@ static int same(int which, const results *r, const results *want)
     switch (which) {
     case C_ROTATE:
         return memcmp(r->out, want->out, sizeof q0) == 0;
+    case C_STAGED:
+        return memcmp(r->q, want->q, sizeof q0) == 0 && memcmp(r->kc, want->kc, sizeof k0) == 0 &&
+               memcmp(r->vc, want->vc, sizeof k0) == 0;
     case C_RANGE:
     case C_LIST:
         return memcmp(r->cos, want->cos, SEQ * HALF * sizeof(float)) == 0 &&
@@ -283,6 +307,10 @@ int main(void)
             sect_pos[c * SEQ + i] = c == 0 ? i : (int64_t)((i * (c + 3u) + 17u * c) % ROWS);
     for (int i = 0; i < HALF; i++)
         pair_component[i] = (uint8_t)(i < 16 ? 0 : i < 40 ? 1 : 2);
+    for (int i = 0; i < SEQ; i++)
+        slot_of[i] = (int64_t)((i * 389u + 7u) % SEQ);   /* 389 is prime to 512: a permutation */
+    for (int i = 0; i < DIM; i++)
+        norm_w[i] = 0.5 + (double)i / DIM;
 
     if (rope_set_isa(-1) != ROPE_E_ISA || rope_set_isa(rope_isa_count()) != ROPE_E_ISA ||
         !rope_isa_supported(0) || rope_isa_name(0) == NULL || rope_isa_name(rope_isa_count()) != NULL) {
