@@ -76,6 +76,11 @@ def _slots(slot_mapping, token_shape, n_slots):
     if arr.shape != token_shape:
         raise ValueError(f"slot_mapping must have k's token shape {token_shape} (k without its last two axes), "
                          f"got {arr.shape}")
+    if _plan.self_overlapping(arr):
+        # every token needs a slot of its own (or -1): a broadcast map is all padding or all one slot,
+        # and its length would set the work, not its memory
+        raise ValueError(f"slot_mapping (shape {arr.shape}, strides {arr.strides}) has elements that share "
+                         f"memory, a broadcast view: pass one slot per token")
     n = arr.size
     if n <= _SMALL:   # a decode step: Python's ints cost less than numpy's calls
         listed = arr.ravel().tolist()

@@ -278,3 +278,13 @@ def test_threads_writing_at_once_get_what_one_thread_gets():
         t.join()
     assert not errors
     assert all(np.array_equal(bits(c), bits(want)) for c in caches)
+
+
+def test_a_broadcast_slot_map_is_refused_before_any_work():
+    """10**11 tokens of one broadcast key and one broadcast slot: refused from the
+    map's strides, not scanned (work bounded by the memory given)."""
+    rope = Rope(16, layout="split_half")
+    k = np.broadcast_to(np.ones((1, 2, 16), np.float32), (10 ** 11, 2, 16))
+    for slot in (-1, 3):
+        slots = np.broadcast_to(np.int64(slot), (10 ** 11,))
+        refused(ValueError, "slot_mapping .* broadcast view", k=k, v=None, v_cache=None, slot_mapping=slots)
