@@ -24,6 +24,7 @@ from ._interop.views import as_array, is_foreign
 from .errors import TypeError, ValueError
 
 OVER = ("head", "token")
+MAX_WEIGHTS = 1 << 24   # over="token": heads * head_dim; 16M weights is 128 MiB as float64
 
 
 def _weights(weight):
@@ -45,6 +46,9 @@ def _weights(weight):
     if weight.ndim != 1 or weight.size == 0:
         raise ValueError(f"weight must be a non-empty 1-D array ([head_dim], or [heads * head_dim] with "
                          f"over='token'), got shape {weight.shape}")
+    if weight.size > MAX_WEIGHTS:   # a broadcast view's length is not its memory: bound the copy
+        raise ValueError(f"weight has {weight.size} values, more than a norm can use ({MAX_WEIGHTS}: "
+                         f"heads * head_dim of the largest call)")
     wide = weight.astype(np.float64)
     if not np.isfinite(wide).all():
         bad = int(np.flatnonzero(~np.isfinite(wide))[0])

@@ -140,6 +140,7 @@ def test_in_place_strided_seq_axis_and_out():
     (np.array([1.0, np.nan]), ValueError, "finite"),
     (np.array([1.0, np.inf]), ValueError, "finite"),
     ("abc", TypeError, "float dtype"),
+    (np.broadcast_to(np.float32(1), (10 ** 12,)), ValueError, "more than a norm can use"),
 ])
 def test_bad_weights_are_refused_naming_weight(bad, error, words):
     with pytest.raises(error, match="weight") as e:
