@@ -433,9 +433,9 @@ class Case:
         for name in names[k:] + names[:k]:
             con = self.contenders[name]
             with con.context():
-                per_call, warm = _timed(con.call, con.reps)
+                per_call, warm = _method.timed(con.call, con.reps)
             if calibrate:
-                con.reps = int(max(1, min(_method.MAX_REPS, round(_method.TIMED / max(warm, 1e-9)))))
+                con.reps = _method.block_reps(warm)
             else:
                 self.times[name].append(per_call)
 
@@ -458,25 +458,6 @@ class Case:
                 "rounds": min(len(t) for t in times.values()),
                 "reps": {(n if isinstance(n, str) else f"{n[0]} @{n[1]}"): c.reps for n, c in self.contenders.items()},
                 "check": self.check_info, "times": times}
-
-
-def _timed(call, reps):
-    """Idle, warm for WARM seconds, then time ``reps`` calls: (seconds per timed
-    call, seconds per warm-up call)."""
-    time.sleep(_method.IDLE)
-    start = time.perf_counter()
-    n = 0
-    while True:
-        call()
-        n += 1
-        now = time.perf_counter()
-        if now >= start + _method.WARM:
-            break
-    warm = (now - start) / n
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        call()
-    return (time.perf_counter() - t0) / reps, warm
 
 
 # ---- the report --------------------------------------------------------------------

@@ -24,7 +24,6 @@ and each ratio is formed within a round, the median over rounds reported.
 under pytest (``make bench``) it runs with the default rounds.
 """
 import sys
-import time
 
 import numpy as np
 
@@ -32,7 +31,7 @@ import pyrope
 from pyrope import Rope
 from pyrope._bench import report as _bench_report
 from pyrope._engine import plan as _plan
-from pyrope._bench.method import IDLE, MAX_REPS, TIMED, WARM
+from pyrope._bench.method import block_reps, timed
 from pyrope.benchmark import check_against_reference, placed
 
 SHAPE = (16384, 8, 128)
@@ -110,38 +109,19 @@ def check(arrays):
                             np.random.default_rng(0), peer=False)
 
 
-def _time(call, reps):
-    """Idle, warm for WARM seconds, then time ``reps`` calls; (seconds per
-    timed call, seconds per warm-up call)."""
-    time.sleep(IDLE)
-    start = time.perf_counter()
-    n = 0
-    while True:
-        call()
-        n += 1
-        now = time.perf_counter()
-        if now >= start + WARM:
-            break
-    warm = (now - start) / n
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        call()
-    return (time.perf_counter() - t0) / reps, warm
-
-
 def measure(calls, rounds=ROUNDS):
     """{name: per-round seconds per call}, every contender timed once a round
     in an order rotating by one; an uncounted first round sizes the blocks."""
     names = list(calls)
     reps = {}
     for name in names:
-        _, warm = _time(calls[name], 1)
-        reps[name] = max(1, min(MAX_REPS, round(TIMED / warm)))
+        _, warm = timed(calls[name], 1)
+        reps[name] = block_reps(warm)
     times = {name: [] for name in names}
     for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
-            times[name].append(_time(calls[name], reps[name])[0])
+            times[name].append(timed(calls[name], reps[name])[0])
     return {name: np.array(t) for name, t in times.items()}, reps
 
 

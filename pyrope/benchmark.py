@@ -35,7 +35,6 @@ two-thread calls then take milliseconds), which says nothing of the code.
 """
 import contextlib
 import functools
-import time
 from collections import namedtuple
 
 import numpy as np
@@ -342,9 +341,9 @@ class Case:
         for key in keys[k:] + keys[:k]:
             con = self.contenders[key]
             with con.context():
-                per_call, warm_per_call = _timed(con)
+                per_call, warm_per_call = timing.timed(con.call, con.reps)
             if calibrate:
-                con.reps = int(max(1, min(timing.MAX_REPS, round(timing.TIMED / max(warm_per_call, 1e-9)))))
+                con.reps = timing.block_reps(warm_per_call)
             else:
                 self.times[key].append(per_call)
 
@@ -405,27 +404,6 @@ def _torch_threads(n):
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def _timed(con):
-    """Idle, warm for ``timing.WARM`` seconds, then time ``con.reps`` calls; returns
-    (seconds per timed call, seconds per warm-up call)."""
-    call = con.call
-    time.sleep(timing.IDLE)
-    start = time.perf_counter()
-    end = start + timing.WARM
-    n = 0
-    while True:
-        call()
-        n += 1
-        now = time.perf_counter()
-        if now >= end:
-            break
-    warm = (now - start) / n
-    t0 = time.perf_counter()
-    for _ in range(con.reps):
-        call()
-    return (time.perf_counter() - t0) / con.reps, warm
 
 
 def _ratio(num, den):
