@@ -592,26 +592,16 @@ def targets(rows):
     ]
 
 
-def _rounded(value):
-    if isinstance(value, float):
-        return float(f"{value:.5g}")
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
-
-
 def write_json(path, rows, machine):
     """The run: machine, method, one row per case x dtype (per-round times), targets; a row per line."""
-    data = _rounded({"format": FORMAT, "machine": machine, "method": _method.method(),
+    data = _bench_report.rounded({"format": FORMAT, "machine": machine, "method": _method.method(),
                      "targets": targets(rows)})
     with open(path, "w", encoding="utf-8") as f:
         f.write("{\n")
         for key, value in data.items():
             f.write(f" {json.dumps(key)}: {json.dumps(value)},\n")
         f.write(' "rows": [\n')
-        f.write(",\n".join("  " + json.dumps(_rounded(r)) for r in rows))
+        f.write(",\n".join("  " + json.dumps(_bench_report.rounded(r)) for r in rows))
         f.write("\n ]\n}\n")
 
 

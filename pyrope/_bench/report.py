@@ -320,7 +320,7 @@ def to_json(rows, machine):
 def write_json(path, rows, machine):
     """Write :func:`to_json` to ``path``: one row per line (files of runs stay
     small and diff line by line), floats to 5 significant digits."""
-    data = _rounded(to_json(rows, machine))
+    data = rounded(to_json(rows, machine))
     rows = data.pop("rows")
     with open(path, "w", encoding="utf-8") as f:
         f.write("{\n")
@@ -335,16 +335,17 @@ def as_saved(rows, machine):
     """(rows, machine) with floats to 5 significant digits, as write_json saves
     them: a fresh run prints from these, so ``--load`` of its file prints the
     same tables (an IQR bound on a rounding edge would otherwise differ)."""
-    return _rounded(rows), _rounded(machine)
+    return rounded(rows), rounded(machine)
 
 
-def _rounded(value):
+def rounded(value):
+    """``value`` (floats, dicts and lists of them) with each float to 5 significant digits, as runs are saved."""
     if isinstance(value, float):
         return float(f"{value:.5g}")
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_rounded(v) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 
