@@ -49,13 +49,12 @@ def _check_cache(name, cache, data_dtype, kv_heads, head_dim, layout):
         raise ValueError(f"{name} is read-only")
     if cache.size == 0:   # no slot (numpy gives such arrays any strides): every token must be -1
         return blocks, block_size, (0, 0, 0)
-    item = cache.itemsize
-    if cache.strides[-1] != item or any(s % item for s in cache.strides) or not cache.flags.aligned:
+    if not _plan.kernel_friendly(cache):
         raise ValueError(f"{name} (strides {cache.strides}) must have a contiguous last axis and aligned "
                          f"elements: a cache is written in place, never through a copy")
     if _plan.self_overlapping(cache):
         raise ValueError(f"{name} has elements that overlap each other (a zero or overlapping stride)")
-    s = [st // item for st in cache.strides]
+    s = [st // cache.itemsize for st in cache.strides]
     strides = (s[0], s[1], s[2]) if layout == "NHD" else (s[0], s[2], s[1])
     return blocks, block_size, strides
 
@@ -82,23 +81,17 @@ def _slots(slot_mapping, token_shape, n_slots):
         raise ValueError(f"slot_mapping (shape {arr.shape}, strides {arr.strides}) has elements that share "
                          f"memory, a broadcast view: pass one slot per token")
     n = arr.size
-    if n <= _SMALL:   # a decode step: Python's ints cost less than numpy's calls
-        listed = arr.ravel().tolist()
-        out_of_range = n and (max(listed) >= n_slots or min(listed) < -1)
-    else:
-        out_of_range = int(arr.max()) >= n_slots or int(arr.min()) < -1
-    if out_of_range:
+    # a decode step's few slots are checked in Python ints (fewer numpy calls); a
+    # larger map, or a small one that fails, by numpy, which also says what is wrong
+    if n <= _SMALL and _listed_ok(arr.ravel().tolist(), n_slots):
+        return arr.astype(np.int64, order="C").reshape(math.prod(token_shape[:-1]), token_shape[-1])
+    if n and (int(arr.max()) >= n_slots or int(arr.min()) < -1):
         bad = arr[(arr >= n_slots) | (arr < -1)].flat[0]
         raise ValueError(f"slot_mapping must hold slots in [0, {n_slots}) (num_blocks * block_size) or -1 "
                          f"(skip the token), got {int(bad)}")
     slots = arr.astype(np.int64, order="C").reshape(math.prod(token_shape[:-1]), token_shape[-1])
-    if n <= _SMALL:
-        valid = [s for s in listed if s != -1]
-        twice = len(set(valid)) != len(valid)
-    else:
-        valid = np.sort(slots[slots != -1], kind="stable")
-        twice = bool(valid.size > 1 and (valid[1:] == valid[:-1]).any())
-    if twice:
+    valid = np.sort(slots[slots != -1], kind="stable")
+    if valid.size > 1 and (valid[1:] == valid[:-1]).any():
         flat = slots[slots != -1]
         values, counts = np.unique(flat, return_counts=True)
         raise ValueError(f"slot_mapping holds slot {int(values[counts > 1][0])} twice: two tokens cannot share "
@@ -112,7 +105,7 @@ class Layout:
     laid out as ``k4``/``v4`` (built by :meth:`call`)."""
 
     __slots__ = ("kv_heads", "n_slots", "block_size", "k_strides", "v_strides", "stage", "token_shape",
-                 "k_dtype", "k_cache_dtype", "v_cache_dtype", "small", "head_dim")
+                 "k_dtype", "k_cache_dtype", "v_cache_dtype", "small")
 
     def call(self, rope, k4, v4, k_cache, v_cache):
         """The staged ``Call`` writing ``k4`` (and ``v4``: values, or None) into the caches."""
@@ -212,6 +205,15 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
     return k_cache, v_cache
 
 
+def _listed_ok(listed, n_slots):
+    """Are the slots in list ``listed`` each -1 or in [0, n_slots), none twice?"""
+    if not listed:
+        return True
+    skipped = listed.count(-1)
+    return (max(listed) < n_slots and min(listed) >= -1
+            and len(set(listed)) == len(listed) - skipped + (skipped > 0))
+
+
 def _stage_data(stage, slots, with_values):
     """The launch's stage data: k's norm weights and slots, and v's slots."""
     data = (_stages.weight_pointer(stage), slots)
@@ -240,7 +242,7 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
         return False
     w, call = planned
     # this call's norm: planned alike (kind, eps, a weight or none), its own weights
-    weight = _NULL if norm is None else _stages.weight_pointer(norm.stage("norm", k.dtype, w.head_dim, w.kv_heads))
+    weight = _NULL if norm is None else _stages.weight_pointer(norm.stage("norm", k.dtype, k.shape[-1], w.kv_heads))
     # overlaps by byte bounds: any that might share a byte go to the general path
     if may_share(k, k_cache) or (v_cache is not None and (
             may_share(k, v_cache) or may_share(v, k_cache) or may_share(v, v_cache) or may_share(k_cache, v_cache))):
@@ -249,10 +251,7 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
     if rows is None:
         return False
     if w.small:   # a decode step: checked in Python ints
-        listed = (slot_mapping if slot_mapping.ndim == 1 else slot_mapping.ravel()).tolist()
-        skipped = listed.count(-1)
-        if (max(listed) >= w.n_slots or min(listed) < -1
-                or len(set(listed)) != len(listed) - skipped + (skipped > 0)):
+        if not _listed_ok((slot_mapping if slot_mapping.ndim == 1 else slot_mapping.ravel()).tolist(), w.n_slots):
             return False   # out of range or twice: the general path names it
         slots = slot_mapping if slot_mapping.dtype is _INT64 and slot_mapping.flags.c_contiguous else (
             slot_mapping.astype(np.int64))
@@ -274,7 +273,6 @@ def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
         w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
         if slot_mapping.shape == w.token_shape:
             w.small = slot_mapping.size <= _SMALL
-            w.head_dim = rope.head_dim
             planned = (w, w.call(rope, _plan.as_4d(k), None if v is None else _plan.as_4d(v), k_cache, v_cache))
     if len(_WRITES) >= _MAX_WRITES:
         _WRITES.clear()
