@@ -448,28 +448,27 @@ class Rope:
                 mark = out.strides
             else:
                 mark = GENERAL
-            if mark is not GENERAL and norm is None:
+            if mark is GENERAL:
+                key = None
+            elif norm is None:
                 key = _direct_key(self._plan_tag, seq_axis, inverse, x, mark)
-                call = _plan.CALLS.get(key, _UNPLANNED)
-                if call is _UNPLANNED:
-                    call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,))
-                if call is not None:
-                    result = _plan.fresh_result(x) if out is None else out
-                    rows = self._rows_for(np.float64).window if call.wide else self._tables.window
-                    if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply"):
-                        return result
-            elif mark is not GENERAL and x.ndim >= 3 and (seq_axis == -3 or seq_axis == -2):
+                stages = data = None
+            elif x.ndim >= 3 and (seq_axis == -3 or seq_axis == -2):
                 # with its norm: the same memo, the norm's kind and eps in the key, its weights per call
                 stage = norm.stage("norm", x.dtype, self._head_dim, x.shape[-2] if seq_axis == -3 else x.shape[-3])
                 key = (_direct_key(self._plan_tag, seq_axis, inverse, x, mark), stage[0], stage[2])
+                stages, data = (stage,), ((_weight_pointer(stage), None),)
+            else:
+                key = None
+            if key is not None:
                 call = _plan.CALLS.get(key, _UNPLANNED)
                 if call is _UNPLANNED:
-                    call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,), (stage,))
+                    call = _plan.direct_call(key, (x,), seq_axis, inverse, self._plan_key, (out,), stages)
                 if call is not None:
                     result = _plan.fresh_result(x) if out is None else out
                     rows = self._rows_for(np.float64).window if call.wide else self._tables.window
-                    if rows is not None and call.launch((x,), (result,), rows.angles, positions, offset, "Rope.apply",
-                                                        None, None, True, ((_weight_pointer(stage), None),)):
+                    if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply",
+                                                            data):
                         return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles, norm)
 

@@ -186,7 +186,7 @@ class Call:
             return False
         raise_for_status(status, where)
 
-    def launch_one(self, x, out, template, positions, offset, where):
+    def launch_one(self, x, out, template, positions, offset, where, stage_data=None):
         """:meth:`launch` of a Call of one tensor, ``x`` into ``out``: the same
         answer. The one specialised path, for the decode call ``apply(x,
         offset=t, out=x)``: at an offset, on this thread's descriptors as the
@@ -195,9 +195,9 @@ class Call:
         launch alone, 41 rounds, medians of per-round ratios; AMD EPYC family
         26 model 2, avx512bf16): ``apply`` of x [1, 1, 32, 128] float32 in
         place 1.05-1.07x as fast in both layouts and cache layouts (1.38-1.40
-        against 1.47-1.50 us), its prepared call 1.07x. Anything else goes
-        to :meth:`launch`."""
-        if positions is None and template is not None:
+        against 1.47-1.50 us), its prepared call 1.07x. Anything else (a
+        staged Call's ``stage_data`` among it) goes to :meth:`launch`."""
+        if positions is None and template is not None and stage_data is None:
             try:
                 op, threads, slots, t, a, held, st = self._local.bound
             except AttributeError:
@@ -220,7 +220,7 @@ class Call:
                     if status in _FALL_BACK:
                         return False
                     raise_for_status(status, where)
-        return self.launch((x,), (out,), template, positions, offset, where)
+        return self.launch((x,), (out,), template, positions, offset, where, stage_data=stage_data)
 
 
 def direct_position_strides(positions, n_seq, x):
