@@ -304,6 +304,7 @@ class Edge:
             return self._convert_general(fn, args)
         if grad_needed(given):
             return self._differentiate(fn, list(args), [args[i] for i in self._inputs], [])
+        written = [args[i] for i in self._written if isinstance(args[i], torch.Tensor)]
         args = list(args)
         views = []
         for i in self._inputs + self._positions:
@@ -312,8 +313,6 @@ class Edge:
                 args[i] = as_array(names[i], a, data and i in self._inputs)
                 views.append((args[i], a))
         result = fn(*args)
-        written = [args_i for args_i in (given[self._inputs.index(i)] for i in self._written)
-                   if isinstance(args_i, torch.Tensor)]
         if written:
             torch.autograd.graph.increment_version(written)
 
