@@ -159,6 +159,6 @@ def _rebuild(weight, eps, unit_offset, over):
 
 def as_norm(name, norm):
     """``norm`` if it is None or a :class:`RMSNorm`, else a ``TypeError`` naming ``name``."""
-    if norm is None or type(norm) is RMSNorm or isinstance(norm, RMSNorm):
+    if norm is None or isinstance(norm, RMSNorm):
         return norm
     raise TypeError(f"{name} must be a pyrope.RMSNorm or None, got {type(norm).__name__}")

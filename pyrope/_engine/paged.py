@@ -111,14 +111,14 @@ class Layout:
         """The staged ``Call`` writing ``k4`` (and ``v4``: values, or None) into the caches."""
         n_seq = self.token_shape[-1]
         slot_strides = (0 if k4.shape[0] == 1 else n_seq, 1)
-        place = (self.n_slots, self.block_size)
+        place = (self.n_slots, self.block_size, slot_strides)
         tensors = [(self.kv_heads, _plan.element_strides(k4), self.k_strides)]
         firsts = [(_plan._first_element(k4), _plan._first_element(k_cache))]
-        stages = [_stages.slot_fields(_stages.fields(self.stage, True, self.k_cache_dtype, place), slot_strides)]
+        stages = [_stages.fields(self.stage, True, self.k_cache_dtype, place)]
         if v4 is not None:
             tensors.append((self.kv_heads, _plan.element_strides(v4), self.v_strides))
             firsts.append((_plan._first_element(v4), _plan._first_element(v_cache)))
-            stages.append(_stages.slot_fields(_stages.fields(None, False, self.v_cache_dtype, place), slot_strides))
+            stages.append(_stages.fields(None, False, self.v_cache_dtype, place))
         return Call(self.k_dtype, rope.layout, False, k4.shape[0], n_seq, rope.head_dim, rope.rotary_dim, tensors,
                     firsts, stages)
 
@@ -231,10 +231,10 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
     decides. For C-contiguous ndarrays k and v (None with v_cache None),
     ndarray caches and slot_mapping, an int offset and positions None or an
     ndarray (the caller checks the types)."""
-    stage = None if norm is None else (norm.over, norm.eps, norm.weight is None)
+    norm_key = None if norm is None else (norm.over, norm.eps, norm.weight is None)
     key = (k.shape, k.dtype, k_cache.shape, k_cache.strides, k_cache.dtype,
            None if v_cache is None else (v.shape, v.dtype, v_cache.shape, v_cache.strides, v_cache.dtype),
-           slot_mapping.shape, slot_mapping.dtype, layout, stage, rope._plan_tag)
+           slot_mapping.shape, slot_mapping.dtype, layout, norm_key, rope._plan_tag)
     planned = _WRITES.get(key, _UNPLANNED)
     if planned is _UNPLANNED:
         planned = _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout)
@@ -242,7 +242,7 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
         return False
     w, call = planned
     # this call's norm: planned alike (kind, eps, a weight or none), its own weights
-    weight = _NULL if norm is None else _stages.weight_pointer(norm.stage("norm", k.dtype, k.shape[-1], w.kv_heads))
+    stage = None if norm is None else norm.stage("norm", k.dtype, k.shape[-1], w.kv_heads)
     # overlaps by byte bounds: any that might share a byte go to the general path
     if may_share(k, k_cache) or (v_cache is not None and (
             may_share(k, v_cache) or may_share(v, k_cache) or may_share(v, v_cache) or may_share(k_cache, v_cache))):
@@ -258,11 +258,8 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
     else:
         slots = _slots(slot_mapping, w.token_shape, w.n_slots)
     # k and v themselves: C-contiguous, their buffers are the planned [B, seq, heads, dim] views
-    if v is None:
-        return call.launch((k,), (k_cache,), rows.angles, positions, offset, where, None, None, True,
-                           ((weight, slots),))
-    return call.launch((k, v), (k_cache, v_cache), rows.angles, positions, offset, where, None, None, True,
-                       ((weight, slots), (_NULL, slots)))
+    return call.launch((k,) if v is None else (k, v), (k_cache,) if v is None else (k_cache, v_cache), rows.angles,
+                       positions, offset, where, None, None, True, _stage_data(stage, slots, v is not None))
 
 
 def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
@@ -281,5 +278,4 @@ def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
 
 
 _UNPLANNED = object()
-_NULL = _stages.NULL
 _INT64 = np.dtype(np.int64)

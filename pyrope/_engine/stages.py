@@ -18,20 +18,14 @@ def fields(norm=None, rotate=True, out_dtype=None, slots=None):
 
     ``norm``: None or ``(over, scale, eps)`` (``RMSNorm.stage``); ``rotate``:
     False copies the tensor unchanged (no norm then); ``out_dtype``: the
-    storage type written (None: the data's); ``slots``: None, or
-    ``(n_slots, block_size)`` of a paged cache (the slot array's strides are
-    (0, 1) for one sequence of tokens, given per call otherwise: see
-    :func:`slot_fields`)."""
-    n_slots, block_size = slots if slots is not None else (0, 1)
+    storage type written (None: the data's); ``slots``: None, or ``(n_slots,
+    block_size, (batch, seq) element strides of the slot array)`` of a paged
+    cache."""
+    n_slots, block_size, strides = slots if slots is not None else (0, 1, (0, 1))
     return dict(copy=0 if rotate else 1, norm=NORMS[None if norm is None else norm[0]],
                 norm_eps=1.0 if norm is None else norm[2], convert=0 if out_dtype is None else 1,
                 out_dtype=0 if out_dtype is None else DTYPE_CODES[out_dtype],
-                slot_strides=[0, 1], n_slots=n_slots, block_size=block_size)
-
-
-def slot_fields(stage, strides):
-    """``stage`` (from :func:`fields`) reading slots at element ``strides`` (batch, seq)."""
-    return dict(stage, slot_strides=list(strides))
+                slot_strides=list(strides), n_slots=n_slots, block_size=block_size)
 
 
 def weight_pointer(norm):
