@@ -205,7 +205,7 @@ class _Contender:
         self.call, self.context, self.caches, self.reps = call, context, caches, 1
 
 
-class Case:
+class Case(_method.Rounds):
     """One case x dtype: its data, every contender, the check and the rounds."""
 
     def __init__(self, case, dtype_name, seed=24):
@@ -424,25 +424,7 @@ class Case:
             got = (ks * cos.unsqueeze(2)) + (modeling_qwen3.rotate_half(ks) * sin.unsqueeze(2))
         assert torch.equal(got, want), "the torch contender's rotation is not apply_rotary_pos_emb's"
 
-    # -- the rounds --
-
-    def one_round(self, calibrate=False):
-        names = list(self.contenders)
-        self._round += 1
-        k = self._round % len(names)
-        for name in names[k:] + names[:k]:
-            con = self.contenders[name]
-            with con.context():
-                per_call, warm = _method.timed(con.call, con.reps)
-            if calibrate:
-                con.reps = _method.block_reps(warm)
-            else:
-                self.times[name].append(per_call)
-
-    def measure(self, rounds=None):
-        self.one_round(calibrate=True)
-        for _ in range(rounds or self.default_rounds):
-            self.one_round()
+    # -- the rounds: _method.Rounds --
 
     def row(self):
         """What a run keeps of this case: the per-round times of each contender

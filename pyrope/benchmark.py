@@ -241,7 +241,7 @@ class _Contender:
         self.call, self.output, self.context, self.data, self.reps = call, output, context, data, 1
 
 
-class Case:
+class Case(timing.Rounds):
     """One shape x dtype: every contender checked, then timed round-robin."""
 
     def __init__(self, case, dtype_name, *, layouts=LAYOUTS, isas=None, threads=None, peers=True, seed=7):
@@ -331,27 +331,6 @@ class Case:
             got = np.asarray(con.output(), dtype=np.float64)
             check_against_reference(_label(key), got, self.x0, self.ropes[key.layout], self.positions,
                                     self.dtype_name, self.rng, peer=key.kind != "pyrope")
-
-    def one_round(self, calibrate=False):
-        """Time every contender once, in a rotated order; ``calibrate``: also
-        size each contender's timed block from its warm-up calls."""
-        keys = list(self.contenders)
-        self._round += 1
-        k = self._round % len(keys)
-        for key in keys[k:] + keys[:k]:
-            con = self.contenders[key]
-            with con.context():
-                per_call, warm_per_call = timing.timed(con.call, con.reps)
-            if calibrate:
-                con.reps = timing.block_reps(warm_per_call)
-            else:
-                self.times[key].append(per_call)
-
-    def measure(self, rounds=None):
-        """A calibrating round (not counted), then ``rounds`` timed ones."""
-        self.one_round(calibrate=True)
-        for _ in range(rounds or self.default_rounds):
-            self.one_round()
 
     def rows(self):
         """One row per pyrope contender and per peer and layout, from the

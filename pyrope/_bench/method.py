@@ -36,6 +36,35 @@ def timed(call, reps):
     return (time.perf_counter() - t0) / reps, warm
 
 
+class Rounds:
+    """The rounds of one case: a mixin for a class holding ``contenders``
+    ({key: an object with ``call``, ``reps`` and ``context()``}), ``times``
+    ({key: [seconds per call, one per round]}), ``_round`` (rounds so far)
+    and ``default_rounds``."""
+
+    def one_round(self, calibrate=False):
+        """Time every contender once, in an order rotated by one each round;
+        ``calibrate``: size each contender's timed block from its warm-up
+        calls instead of recording a time."""
+        keys = list(self.contenders)
+        self._round += 1
+        k = self._round % len(keys)
+        for key in keys[k:] + keys[:k]:
+            con = self.contenders[key]
+            with con.context():
+                per_call, warm_per_call = timed(con.call, con.reps)
+            if calibrate:
+                con.reps = block_reps(warm_per_call)
+            else:
+                self.times[key].append(per_call)
+
+    def measure(self, rounds=None):
+        """A calibrating round (not counted), then ``rounds`` timed ones."""
+        self.one_round(calibrate=True)
+        for _ in range(rounds or self.default_rounds):
+            self.one_round()
+
+
 def block_reps(warm):
     """Calls in a timed block for a call of ``warm`` seconds: about TIMED seconds, 1 to MAX_REPS."""
     return int(max(1, min(MAX_REPS, round(TIMED / max(warm, 1e-9)))))
