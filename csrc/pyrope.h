@@ -330,6 +330,70 @@ typedef struct {
 ROPE_API int rope_rotate_staged(const rope_op *op, const rope_tensor *tensors, const rope_stage *stages,
                                 int n_tensors, const rope_angles *angles);
 
+/* ---- quantised caches: rotate, then quantise, in one pass ---------------- */
+
+/* How a staged tensor's out is quantised (rope_quant.kind). Each rounds the
+ * float32 value v the stage computed (normalised, rotated) once:
+ *   - INT8: per head, s = amax / 127 in float32 (amax = max |v| over the
+ *     head's head_dim values), q = v / s rounded to nearest even, clipped to
+ *     +-127; amax == 0 gives s = 0 and q = 0. s goes to scales.
+ *   - FP8_E4M3: q = v / scale (float32), clamped to +-448, rounded to
+ *     nearest even, stored as float8 e4m3fn bits (vLLM's convention).
+ *   - Q8_0: per 32 values, ggml's block_q8_0 (quantize_row_q8_0_ref):
+ *     d = amax / 127, id = d ? 1 / d : 0, qs = roundf(v * id) (ties away
+ *     from zero), d stored as float16 (ties to even). head_dim % 32 == 0.
+ * Non-finite values (where the formulas convert NaN or infinity to an
+ * integer) are defined here: a NaN value stores q = 0 (float8: a NaN); an
+ * amax that is NaN or infinite is the scale (int8: s, q8_0: d), so the head
+ * or block dequantises to NaN, never to a finite guess. */
+enum {
+    ROPE_QUANT_NONE = 0,
+    ROPE_QUANT_INT8 = 1,
+    ROPE_QUANT_FP8_E4M3 = 2,
+    ROPE_QUANT_Q8_0 = 3
+};
+
+/* Values per q8_0 block, and its bytes: float16 d, then 32 int8 qs. */
+#define ROPE_Q8_0_VALUES 32
+#define ROPE_Q8_0_BYTES 34
+/* Largest magnitude float8 e4m3fn holds (the clamp of FP8_E4M3). */
+#define ROPE_FP8_E4M3_MAX 448.0
+
+/* One tensor's quantisation in rope_rotate_quantised. A quant of zeros is
+ * no quantisation: the tensor is staged as rope_rotate_staged stages it.
+ *   - kind (ROPE_QUANT_*): out holds int8 values, float8 e4m3fn bytes or
+ *     q8_0 blocks instead of the op's storage type; out's strides count
+ *     those elements (bytes; for q8_0, blocks of ROPE_Q8_0_BYTES: a head
+ *     is head_dim / 32 blocks back to back). The op's dtype must be
+ *     float32, float16 or bfloat16 (the value is computed in float32), the
+ *     stage's convert 0; else ROPE_E_STAGE.
+ *   - scale: FP8_E4M3's static scale, finite and > 0 (else ROPE_E_VALUE).
+ *   - scales, scale_strides: INT8's float32 scale of every head written,
+ *     scales[a*scale_strides[0] + b*scale_strides[1] + h*scale_strides[2]]
+ *     for the head h that out addresses by (a, b): {batch, seq} without
+ *     slots, {block, slot in the block} with them. Written like out (and
+ *     read back when in_place); they share no byte with any out, nor with
+ *     what the call reads.
+ *   - in_place (needs slots; no norm, no copy): x is not read. Each
+ *     token's head is read from its slot (dequantised: int8 q * s, float8
+ *     e4m3 value * scale, q8_0 qs * d, in float32; kind NONE: the cache's
+ *     own values), rotated at the token's position and stored back to the
+ *     same slot: keys moved to new positions (rotate by the difference). */
+typedef struct {
+    int kind;
+    int in_place;
+    float scale;
+    float *scales;
+    int64_t scale_strides[3];
+} rope_quant;
+
+/* rope_rotate_staged with a quantisation per tensor (quants == NULL:
+ * rope_rotate_staged itself): e.g. k rotated and written as int8 to its
+ * cache slots with a scale per head, v copied as int8, in one pass. Every
+ * check of rope_rotate_staged, every quant's before anything is written. */
+ROPE_API int rope_rotate_quantised(const rope_op *op, const rope_tensor *tensors, const rope_stage *stages,
+                                   const rope_quant *quants, int n_tensors, const rope_angles *angles);
+
 /* ---- the bandwidth yardstick ------------------------------------------- */
 
 /* XOR every byte of data[0..n_bytes) in place with xor_mask (repeated,

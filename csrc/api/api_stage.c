@@ -1,6 +1,8 @@
 /* rope_rotate_staged: rope_rotate with a stage per tensor -- a norm before
  * the rotation, a copy instead of it (values), another storage type or a
- * cache slot as the destination -- in one pass over the tokens.
+ * cache slot as the destination -- in one pass over the tokens; and
+ * rope_rotate_quantised, the same with a quantised store per tensor (int8,
+ * float8 e4m3, q8_0) or a cache read, rotated and stored back in place.
  *
  * Everything is checked before anything is written: the op, each tensor and
  * stage, every slot, every position; the outputs' spans (a slotted output's
@@ -9,7 +11,9 @@
  * type (float or double): normalised (or widened) into it, rotated there by
  * the rotation kernel of that type, then stored to its destination's type,
  * rounded once. Widening is exact, so this equals one fused kernel that
- * computes in the arithmetic type and rounds once on store. */
+ * computes in the arithmetic type and rounds once on store. A quantised
+ * store quantises that float32 row (scalar/quant.c); an in-place read
+ * dequantises the slot's head into it. */
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -24,21 +28,52 @@ static int64_t n_blocks(const rope_stage *st)
     return st->n_slots == 0 ? 0 : (st->n_slots - 1) / st->block_size + 1;
 }
 
+/* What out holds: bytes per element and elements per head (a quantised
+ * store's int8 or float8 bytes, q8_0 blocks; else the stored type's). */
+static void out_geometry(const rope_op *op, const rope_stage *st, const rope_quant *q, int64_t *esize,
+                         int64_t *per_head)
+{
+    *per_head = op->head_dim;
+    if (q->kind == ROPE_QUANT_Q8_0) {
+        *esize = ROPE_Q8_0_BYTES;
+        *per_head = op->head_dim / ROPE_Q8_0_VALUES;
+    } else {
+        *esize = q->kind == ROPE_QUANT_NONE ? ROPE_ELEM_SIZE[st->out_dtype] : 1;
+    }
+}
+
+/* The heads an output (or its scales) addresses: {blocks, slots in a block,
+ * heads} of a cache, else {batch, seq, heads}. */
+static void out_counts(const rope_op *op, const rope_tensor *t, const rope_stage *st, int64_t count[3])
+{
+    count[0] = st->slots ? n_blocks(st) : op->n_batch;
+    count[1] = st->slots ? st->block_size : op->n_seq;
+    count[2] = t->n_heads;
+}
+
 /* The byte span [lo, hi) of tensor t's output, or 0 when it overflows. */
-static int out_span(const rope_op *op, const rope_tensor *t, const rope_stage *st, int64_t oelem,
+static int out_span(const rope_op *op, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
                     uintptr_t *lo, uintptr_t *hi)
 {
-    int64_t elo, ehi;
-    if (st->slots) {
-        const int64_t count[3] = {n_blocks(st), st->block_size, t->n_heads};
-        if (!rope_reach(count, t->out_strides, 3, op->head_dim, &elo, &ehi))
-            return 0;
-    } else {
-        const int64_t count[3] = {op->n_batch, op->n_seq, t->n_heads};
-        if (!rope_reach(count, t->out_strides, 3, op->head_dim, &elo, &ehi))
-            return 0;
-    }
-    return rope_bytes(t->out, elo, ehi, oelem, lo, hi);
+    int64_t elo, ehi, count[3], esize, per_head;
+    out_counts(op, t, st, count);
+    out_geometry(op, st, q, &esize, &per_head);
+    if (!rope_reach(count, t->out_strides, 3, per_head, &elo, &ehi))
+        return 0;
+    return rope_bytes(t->out, elo, ehi, esize, lo, hi);
+}
+
+/* The byte span [lo, hi) of an int8 quant's scales (empty without them). */
+static int scale_span(const rope_op *op, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
+                      uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t elo, ehi, count[3];
+    *lo = *hi = 0;
+    if (q->kind != ROPE_QUANT_INT8)
+        return 1;
+    out_counts(op, t, st, count);
+    return rope_reach(count, q->scale_strides, 3, 1, &elo, &ehi) &&
+           rope_bytes(q->scales, elo, ehi, sizeof(float), lo, hi);
 }
 
 /* How many weights a stage's norm reads (-1: more than int64 counts). */
@@ -50,8 +85,32 @@ static int64_t head_dim_weights(const rope_op *op, const rope_tensor *t, const r
     return __builtin_mul_overflow(t->n_heads, op->head_dim, &n) ? -1 : n;
 }
 
-/* Check one tensor and its stage (already copied) against the op. */
-static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stage *st)
+/* Check one tensor's quant (already copied) against its stage and the op. */
+static int check_quant(const rope_op *op, const rope_tensor *t, const rope_stage *st, const rope_quant *q)
+{
+    if (q->kind < ROPE_QUANT_NONE || q->kind >= ROPE_N_QUANTS || (q->in_place != 0 && q->in_place != 1))
+        return ROPE_E_STAGE;
+    if (q->in_place && (!st->slots || st->norm != ROPE_NORM_NONE || st->copy || st->convert))
+        return ROPE_E_STAGE;
+    if (q->kind == ROPE_QUANT_NONE)
+        return ROPE_OK;
+    if (ROPE_WIDE_ROWS[op->dtype] || st->convert)
+        return ROPE_E_STAGE;
+    if (op->head_dim > ROPE_MAX_STAGE_DIM || (q->kind == ROPE_QUANT_Q8_0 && op->head_dim % ROPE_Q8_0_VALUES))
+        return ROPE_E_DIM;
+    if (q->kind == ROPE_QUANT_FP8_E4M3 && !(isfinite(q->scale) && q->scale > 0))
+        return ROPE_E_VALUE;
+    if (q->kind == ROPE_QUANT_INT8 && t->n_heads > 0) {
+        if (!q->scales)
+            return ROPE_E_NULL;
+        if (!rope_aligned(q->scales, sizeof(float)))
+            return ROPE_E_ALIGN;
+    }
+    return ROPE_OK;
+}
+
+/* Check one tensor and its stage and quant (already copied) against the op. */
+static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stage *st, const rope_quant *q)
 {
     if ((st->copy != 0 && st->copy != 1) || (st->convert != 0 && st->convert != 1))
         return ROPE_E_STAGE;
@@ -69,14 +128,19 @@ static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stag
         return ROPE_E_COUNT;
     if ((st->norm != ROPE_NORM_NONE || out_dtype != op->dtype) && op->head_dim > ROPE_MAX_STAGE_DIM)
         return ROPE_E_DIM;
+    const int quant_status = check_quant(op, t, st, q);
+    if (quant_status != ROPE_OK)
+        return quant_status;
     if (t->n_heads == 0)
         return ROPE_OK;
-    if (!t->x || !t->out)
+    if ((!q->in_place && !t->x) || !t->out)
         return ROPE_E_NULL;
-    const int64_t xelem = ROPE_ELEM_SIZE[op->dtype], oelem = ROPE_ELEM_SIZE[out_dtype];
+    int64_t oelem, per_head;
+    out_geometry(op, st, q, &oelem, &per_head);
+    const int64_t xelem = ROPE_ELEM_SIZE[op->dtype];
     int64_t lo, hi;
     const int64_t tokens[3] = {op->n_batch, op->n_seq, t->n_heads};
-    if (!rope_reach(tokens, t->x_strides, 3, op->head_dim, &lo, &hi))
+    if (!q->in_place && !rope_reach(tokens, t->x_strides, 3, op->head_dim, &lo, &hi))
         return ROPE_E_OVERFLOW;
     if (st->slots) {
         if (st->n_slots < 0 || st->block_size < 1)
@@ -88,16 +152,20 @@ static int check_staged(const rope_op *op, const rope_tensor *t, const rope_stag
             return ROPE_E_OVERFLOW;
         if (!rope_aligned(st->slots, sizeof(int64_t)))
             return ROPE_E_ALIGN;
-        if ((const void *)t->out == t->x)
+        if (!q->in_place && (const void *)t->out == t->x)
             return ROPE_E_OVERLAP;
     }
     uintptr_t blo, bhi;
-    if (!out_span(op, t, st, oelem, &blo, &bhi))
+    if (!out_span(op, t, st, q, &blo, &bhi) || !scale_span(op, t, st, q, &blo, &bhi))
         return ROPE_E_OVERFLOW;
-    if (!rope_aligned(t->x, (size_t)xelem) || !rope_aligned(t->out, (size_t)oelem))
+    /* q8_0 blocks are bytes to C (their float16 is copied, never loaded) */
+    const size_t oalign = q->kind == ROPE_QUANT_NONE ? (size_t)oelem : 1;
+    if ((!q->in_place && !rope_aligned(t->x, (size_t)xelem)) || !rope_aligned(t->out, oalign))
         return ROPE_E_ALIGN;
-    if ((const void *)t->out == t->x &&
-        (out_dtype != op->dtype || memcmp(t->x_strides, t->out_strides, sizeof t->x_strides)))
+    if (q->in_place)
+        return ROPE_OK;   /* no norm: nothing more to check */
+    if ((const void *)t->out == t->x && (q->kind != ROPE_QUANT_NONE || out_dtype != op->dtype ||
+                                         memcmp(t->x_strides, t->out_strides, sizeof t->x_strides)))
         return ROPE_E_OVERLAP;
     if (st->norm != ROPE_NORM_NONE && st->norm_weight) {
         int64_t n = head_dim_weights(op, t, st);
@@ -121,10 +189,11 @@ static int slots_ok(const rope_op *op, const rope_stage *st)
     return 1;
 }
 
-/* Does any output meet what the call reads while it writes: the angles'
- * positions and rows, each stage's weights and slots? */
-static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_stage *st, int n_tensors,
-                         const rope_angles *a, int64_t half, int wide)
+/* Does any output (a tensor's out, an int8 quant's scales) meet what the
+ * call reads while it writes -- the angles' positions and rows, each
+ * stage's weights and slots -- or do scales meet any out? */
+static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
+                         int n_tensors, const rope_angles *a, int64_t half, int wide)
 {
     uintptr_t lo[3], hi[3];
     const int n = rope_angles_reads(a, op->n_batch, op->n_seq, half, wide, lo, hi);
@@ -133,31 +202,40 @@ static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_sta
     for (int k = 0; k < n_tensors; k++) {
         if (t[k].n_heads == 0)
             continue;
-        uintptr_t olo, ohi;
-        if (!out_span(op, &t[k], &st[k], ROPE_ELEM_SIZE[st[k].out_dtype], &olo, &ohi))
+        uintptr_t olo[2], ohi[2];   /* out, and its scales (empty without) */
+        if (!out_span(op, &t[k], &st[k], &q[k], &olo[0], &ohi[0]) ||
+            !scale_span(op, &t[k], &st[k], &q[k], &olo[1], &ohi[1]))
             return ROPE_E_OVERFLOW;
-        for (int i = 0; i < n; i++)
-            if (rope_ranges_meet(olo, ohi, lo[i], hi[i]))
-                return ROPE_E_OVERLAP;
-        for (int r = 0; r < n_tensors; r++) {
-            if (t[r].n_heads == 0)
-                continue;
-            uintptr_t rlo, rhi;
-            int64_t elo, ehi;
-            if (st[r].norm_weight && st[r].norm != ROPE_NORM_NONE) {
-                if (!rope_bytes(st[r].norm_weight, 0, head_dim_weights(op, &t[r], &st[r]), sizeof(double), &rlo,
-                                &rhi))
-                    return ROPE_E_OVERFLOW;
-                if (rope_ranges_meet(olo, ohi, rlo, rhi))
+        for (int w = 0; w < 2; w++) {
+            for (int i = 0; i < n; i++)
+                if (rope_ranges_meet(olo[w], ohi[w], lo[i], hi[i]))
                     return ROPE_E_OVERLAP;
-            }
-            if (st[r].slots) {
-                const int64_t n2[2] = {op->n_batch, op->n_seq};
-                if (!rope_reach(n2, st[r].slot_strides, 2, 1, &elo, &ehi) ||
-                    !rope_bytes(st[r].slots, elo, ehi, sizeof(int64_t), &rlo, &rhi))
-                    return ROPE_E_OVERFLOW;
-                if (rope_ranges_meet(olo, ohi, rlo, rhi))
-                    return ROPE_E_OVERLAP;
+            for (int r = 0; r < n_tensors; r++) {
+                if (t[r].n_heads == 0)
+                    continue;
+                uintptr_t rlo, rhi;
+                int64_t elo, ehi;
+                if (st[r].norm_weight && st[r].norm != ROPE_NORM_NONE) {
+                    if (!rope_bytes(st[r].norm_weight, 0, head_dim_weights(op, &t[r], &st[r]), sizeof(double),
+                                    &rlo, &rhi))
+                        return ROPE_E_OVERFLOW;
+                    if (rope_ranges_meet(olo[w], ohi[w], rlo, rhi))
+                        return ROPE_E_OVERLAP;
+                }
+                if (st[r].slots) {
+                    const int64_t n2[2] = {op->n_batch, op->n_seq};
+                    if (!rope_reach(n2, st[r].slot_strides, 2, 1, &elo, &ehi) ||
+                        !rope_bytes(st[r].slots, elo, ehi, sizeof(int64_t), &rlo, &rhi))
+                        return ROPE_E_OVERFLOW;
+                    if (rope_ranges_meet(olo[w], ohi[w], rlo, rhi))
+                        return ROPE_E_OVERLAP;
+                }
+                if (w == 0) {   /* this out against every tensor's scales */
+                    if (!scale_span(op, &t[r], &st[r], &q[r], &rlo, &rhi))
+                        return ROPE_E_OVERFLOW;
+                    if (rope_ranges_meet(olo[0], ohi[0], rlo, rhi))
+                        return ROPE_E_OVERLAP;
+                }
             }
         }
     }
@@ -185,11 +263,63 @@ typedef struct {
     rope_row_maker make;
     int64_t half, elem;
     atomic_int *missed, *slot_missed;
+    const rope_quant *q;
 } job;
 
-/* One tensor's heads of one token through its stage: from xv to ov. */
-static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const char *xv, char *ov,
-                        const void *c, const void *sn, void *row)
+/* stage_token for a quantised store: each head normalised, widened or (in
+ * place) dequantised into the float32 row, rotated there (values: not),
+ * quantised into its slot; an int8 head's scale to sv[h * stride]. */
+static void quant_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
+                        const char *xv, char *ov, float *sv, const void *c, const void *sn, float *row)
+{
+    const rope_op *op = j->op;
+    const rope_kernels *kern = j->kern;
+    const int64_t head_dim = op->head_dim, elem = j->elem;
+    const int64_t oelem = q->kind == ROPE_QUANT_Q8_0 ? ROPE_Q8_0_BYTES : 1;
+    const int64_t ostride = t->out_strides[2] * oelem;   /* bytes from head to head */
+    const rope_rot_fn rot = kern->rot[ROPE_F32][op->layout];
+    const rope_quantise_fn quantise = kern->quantise[q->kind];
+    double inv = 1.0;
+    if (st->norm == ROPE_NORM_TOKEN) {
+        double acc[8] = {0};
+        for (int64_t h = 0; h < t->n_heads; h++)
+            kern->sumsq[op->dtype](xv + h * t->x_strides[2] * elem, head_dim, acc);
+        inv = inverse_rms(acc, t->n_heads * head_dim, st->norm_eps);
+    }
+    for (int64_t h = 0; h < t->n_heads; h++) {
+        char *oh = ov + h * ostride;
+        float *sh = q->kind == ROPE_QUANT_INT8 ? sv + h * q->scale_strides[2] : NULL;
+        float scale = q->kind == ROPE_QUANT_FP8_E4M3 ? q->scale : sh && q->in_place ? *sh : 0.0f;
+        if (q->in_place) {
+            kern->dequantise[q->kind](oh, head_dim, scale, row);
+        } else {
+            const char *xh = xv + h * t->x_strides[2] * elem;
+            if (st->norm == ROPE_NORM_HEAD) {
+                double acc[8] = {0};
+                kern->sumsq[op->dtype](xh, head_dim, acc);
+                inv = inverse_rms(acc, head_dim, st->norm_eps);
+            }
+            if (st->norm != ROPE_NORM_NONE) {
+                const double *w = st->norm_weight;
+                if (w && st->norm == ROPE_NORM_TOKEN)
+                    w += h * head_dim;
+                kern->normalise[op->dtype](xh, head_dim, inv, w, row);
+            } else {
+                kern->widen[op->dtype](xh, head_dim, row);
+            }
+        }
+        if (!st->copy)
+            rot(row, row, 0, 0, 1, c, sn, j->half, op->inverse != 0);
+        quantise(row, head_dim, oh, &scale);
+        if (sh)
+            *sh = scale;
+    }
+}
+
+/* One tensor's heads of one token through its stage and quant: from xv
+ * (in place: ov itself) to ov, an int8 quant's scales at sv. */
+static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
+                        const char *xv, char *ov, float *sv, const void *c, const void *sn, void *row)
 {
     const rope_op *op = j->op;
     const rope_kernels *kern = j->kern;
@@ -197,6 +327,15 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const int out_dtype = st->out_dtype;
     const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
     const int inverse = op->inverse != 0;
+    if (q->kind != ROPE_QUANT_NONE) {
+        quant_token(j, t, st, q, xv, ov, sv, c, sn, (float *)row);
+        return;
+    }
+    if (q->in_place) {   /* a float cache's keys, rotated where they are */
+        kern->rot[op->dtype][op->layout](ov, ov, t->out_strides[2], t->out_strides[2], t->n_heads, c, sn, half,
+                                         inverse);
+        return;
+    }
     if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype) {
         if (!st->copy) {
             j->kern->rot[op->dtype][op->layout](xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn,
@@ -284,10 +423,11 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
         for (int k = 0; k < j->n_tensors; k++) {
             const rope_tensor *t = &j->t[k];
             const rope_stage *st = &j->st[k];
+            const rope_quant *q = &j->q[k];
             if (t->n_heads == 0)
                 continue;
-            const int64_t oelem = ROPE_ELEM_SIZE[st->out_dtype];
-            const char *xv = (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
+            int64_t oelem, per_head, a0 = b, a1 = s;   /* a0, a1: what addresses out (and scales) */
+            out_geometry(j->op, st, q, &oelem, &per_head);
             char *ov;
             if (st->slots) {
                 /* read once into a local, checked before it makes an address */
@@ -299,12 +439,14 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
                     atomic_store_explicit(j->slot_missed, 1, memory_order_relaxed);
                     continue;
                 }
-                ov = (char *)t->out + ((slot / st->block_size) * t->out_strides[0] +
-                                       (slot % st->block_size) * t->out_strides[1]) * oelem;
-            } else {
-                ov = (char *)t->out + (b * t->out_strides[0] + s * t->out_strides[1]) * oelem;
+                a0 = slot / st->block_size;
+                a1 = slot % st->block_size;
             }
-            stage_token(j, t, st, xv, ov, c, sn, row);
+            ov = (char *)t->out + (a0 * t->out_strides[0] + a1 * t->out_strides[1]) * oelem;
+            const char *xv = q->in_place ? ov : (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
+            float *sv = q->kind == ROPE_QUANT_INT8 ? q->scales + a0 * q->scale_strides[0] + a1 * q->scale_strides[1]
+                                                   : NULL;
+            stage_token(j, t, st, q, xv, ov, sv, c, sn, row);
         }
     }
 }
@@ -316,8 +458,16 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
 int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, const rope_stage *given_st,
                        int n_tensors, const rope_angles *angles)
 {
-    if (!given_st)
+    return rope_rotate_quantised(given_op, given_t, given_st, NULL, n_tensors, angles);
+}
+
+int rope_rotate_quantised(const rope_op *given_op, const rope_tensor *given_t, const rope_stage *given_st,
+                          const rope_quant *given_q, int n_tensors, const rope_angles *angles)
+{
+    if (!given_st && !given_q)
         return rope_rotate(given_op, given_t, n_tensors, angles);
+    if (!given_st)
+        return ROPE_E_NULL;
     if (!given_op)
         return ROPE_E_NULL;
     const rope_op o = *given_op, *op = &o;
@@ -331,13 +481,18 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
     rope_tensor t[MAX_STAGED_TENSORS];
     rope_stage st[MAX_STAGED_TENSORS];
     memcpy(t, given_t, (size_t)n_tensors * sizeof *t);
+    rope_quant q[MAX_STAGED_TENSORS];
     memcpy(st, given_st, (size_t)n_tensors * sizeof *st);
+    if (given_q)
+        memcpy(q, given_q, (size_t)n_tensors * sizeof *q);
+    else
+        memset(q, 0, (size_t)n_tensors * sizeof *q);
     for (int k = 0; k < n_tensors; k++)   /* the op's storage type, once, for every use below */
         if (!st[k].convert)
             st[k].out_dtype = op->dtype;
     int64_t heads_total = 0;
     for (int k = 0; k < n_tensors; k++) {
-        const int status = check_staged(op, &t[k], &st[k]);
+        const int status = check_staged(op, &t[k], &st[k], &q[k]);
         if (status != ROPE_OK)
             return status;
         if (__builtin_add_overflow(heads_total, t[k].n_heads, &heads_total))
@@ -358,20 +513,20 @@ int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, cons
     for (int k = 0; k < n_tensors; k++)
         if (t[k].n_heads > 0 && st[k].slots && !slots_ok(op, &st[k]))
             return ROPE_E_SLOT;
-    status = outputs_apart(op, t, st, n_tensors, &a, half, wide);
+    status = outputs_apart(op, t, st, q, n_tensors, &a, half, wide);
     if (status != ROPE_OK)
         return status;
 
     const rope_kernels *kern = rope_active_kernels();
     atomic_int missed = 0, slot_missed = 0;
     const job j = {op, t, st, n_tensors, &a, kern, {kern->table_f32, kern->table_f64, wide}, half,
-                   ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed};
+                   ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed, q};
     int64_t per_token = 0; /* bytes read and written per token, saturating */
     for (int k = 0; k < n_tensors; k++) {
-        const int out_dtype = st[k].out_dtype;
-        int64_t bytes;
-        if (__builtin_mul_overflow(t[k].n_heads, op->head_dim, &bytes) ||
-            __builtin_mul_overflow(bytes, ROPE_ELEM_SIZE[op->dtype] + ROPE_ELEM_SIZE[out_dtype], &bytes) ||
+        int64_t bytes, oelem, per_head;
+        out_geometry(op, &st[k], &q[k], &oelem, &per_head);
+        if (__builtin_mul_overflow(t[k].n_heads, op->head_dim * ROPE_ELEM_SIZE[op->dtype] + per_head * oelem,
+                                   &bytes) ||
             __builtin_add_overflow(per_token, bytes, &per_token))
             per_token = INT64_MAX;
     }

@@ -55,6 +55,16 @@ typedef void (*rope_sumsq_fn)(const void *x, int64_t n, double acc[8]);
 typedef void (*rope_normalise_fn)(const void *x, int64_t n, double inv, const double *w, void *out);
 typedef void (*rope_convert_fn)(const void *in, int64_t n, void *out);
 
+/* The quantisers of rope_rotate_quantised (scalar/quant.c is their
+ * specification, pyrope.h's rope_quant their formulas), one per ROPE_QUANT_*
+ * kind (index 0 unused). quantise: float32 in[0..n) (one head) into out;
+ * INT8 writes the head's scale to *scale, FP8_E4M3 divides by *scale, Q8_0
+ * ignores it (n a multiple of 32). dequantise: the reverse, into float32
+ * out[0..n), scale as quantise took or gave it (Q8_0: unread). */
+typedef void (*rope_quantise_fn)(const float *in, int64_t n, void *out, float *scale);
+typedef void (*rope_dequantise_fn)(const void *in, int64_t n, float scale, float *out);
+#define ROPE_N_QUANTS 4
+
 /* The yardstick's pass over bytes p[0..n): XOR with mask (repeated,
  * little-endian, byte i takes mask byte i mod 4). */
 typedef void (*rope_pass_fn)(unsigned char *p, int64_t n, uint32_t mask);
@@ -70,6 +80,8 @@ typedef struct {
     rope_convert_fn widen[ROPE_N_DTYPES];
     rope_convert_fn narrow_float[ROPE_N_DTYPES];
     rope_convert_fn narrow_double[ROPE_N_DTYPES];  /* NULL where not offered */
+    rope_quantise_fn quantise[ROPE_N_QUANTS];
+    rope_dequantise_fn dequantise[ROPE_N_QUANTS];
 } rope_kernels;
 
 /* One entry of the instruction-set registry (dispatch.c's REGISTRY, which

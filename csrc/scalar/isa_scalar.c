@@ -2,7 +2,7 @@
  * always supported, and its kernel table, which every other entry's starts
  * from (rope_scalar_kernels): the scalar rotation kernels of every storage
  * type in the list (rotate.c), the tables (table.c, table_f64.c), the stage
- * kernels (stage.c) and the yardstick's byte-wise pass. */
+ * kernels (stage.c), the quantisers (quant.c) and the yardstick's byte-wise pass. */
 #include "scalar.h"
 
 static int scalar_supported(void) { return 1; }
@@ -30,6 +30,11 @@ const rope_kernels rope_scalar_kernels = {
     .widen = {ROPE_STORAGE_TYPES(ROPE_SCALAR_WIDEN_)},
     .narrow_float = {ROPE_STORAGE_TYPES(ROPE_SCALAR_NARROW_)},
     .narrow_double = {[ROPE_F32] = rope_narrow_double_f32_scalar, [ROPE_F64] = rope_narrow_double_f64_scalar},
+    .quantise = {[ROPE_QUANT_INT8] = rope_quantise_int8_scalar, [ROPE_QUANT_FP8_E4M3] = rope_quantise_fp8_scalar,
+                 [ROPE_QUANT_Q8_0] = rope_quantise_q8_0_scalar},
+    .dequantise = {[ROPE_QUANT_INT8] = rope_dequantise_int8_scalar,
+                   [ROPE_QUANT_FP8_E4M3] = rope_dequantise_fp8_scalar,
+                   [ROPE_QUANT_Q8_0] = rope_dequantise_q8_0_scalar},
     .table_f32 = rope_table_f32_scalar,
     .table_f64 = rope_table_f64_scalar,
     .pass = pass_scalar,

@@ -23,6 +23,14 @@ ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
 ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_STAGE_)
 void rope_narrow_double_f32_scalar(const void *in, int64_t n, void *out);
 void rope_narrow_double_f64_scalar(const void *in, int64_t n, void *out);
+/* The quantisers (quant.c), per ROPE_QUANT_* kind. */
+#define ROPE_DECLARE_SCALAR_QUANT_(kind)                                        \
+    void rope_quantise_##kind##_scalar(const float *in, int64_t n, void *out, float *scale); \
+    void rope_dequantise_##kind##_scalar(const void *in, int64_t n, float scale, float *out);
+ROPE_DECLARE_SCALAR_QUANT_(int8)
+ROPE_DECLARE_SCALAR_QUANT_(fp8)
+ROPE_DECLARE_SCALAR_QUANT_(q8_0)
+#undef ROPE_DECLARE_SCALAR_QUANT_
 void rope_table_f32_scalar(ROPE_TABLE_PARAMS);
 void rope_table_f64_scalar(ROPE_TABLE_F64_PARAMS);
 
