@@ -563,7 +563,7 @@ class Rope:
     # ---- the paged KV cache ------------------------------------------------------
 
     def cache_write(self, k, v, k_cache, v_cache, slot_mapping, *, positions=None, offset=0, norm=None,
-                    layout="NHD"):
+                    layout="NHD", k_scale=None, v_scale=None):
         """Rotate keys at their positions and write them, with values, into a paged cache, in one pass.
 
         vLLM's ``reshape_and_cache`` with the rotation (and QK-norm) fused in:
@@ -578,7 +578,16 @@ class Rope:
           head_dim]`` (``layout="NHD"``) or ``[num_blocks, kv_heads,
           block_size, head_dim]`` (``"HND"``), written in place: any storage
           type (float64 data only into float64 or float32), rounded once from
-          the computed value; a contiguous last axis.
+          the computed value; a contiguous last axis. Or quantised (float32
+          arithmetic, one rounding after the rotation; the formulas in
+          docs/ACCURACY.md, "Quantised caches"): ``int8`` with a float32
+          scale per slot and head that the call writes into ``k_scale``/
+          ``v_scale`` (arrays of the cache's token shape, ``[num_blocks,
+          block_size, kv_heads]`` NHD); ``ml_dtypes.float8_e4m3fn`` (torch
+          ``float8_e4m3fn``) with a static scale per cache (``k_scale``/
+          ``v_scale`` numbers, default 1.0); ggml q8_0, the last axis
+          ``head_dim // 32`` blocks of :data:`pyrope.Q8_0` (or their bytes
+          as uint8), scales in the blocks (``k_scale`` None).
         - ``slot_mapping``: integers of k's token shape (``[tokens]`` or
           ``[*batch, seq]``, int32 or int64): token t goes to slot
           ``slot_mapping[t]`` = block * block_size + offset in the block;
@@ -586,14 +595,15 @@ class Rope:
         - ``positions``, ``offset``: the keys' logical positions, as in
           :meth:`apply` (default ``offset + arange(seq)``).
 
-        Returns ``(k_cache, v_cache)``. Refused before anything is written,
+        Returns ``(k_cache, v_cache)`` (a uint8 q8_0 cache as given). Refused before anything is written,
         with a ``TypeError``/``ValueError`` naming the argument: a slot out of
         range, a slot twice, caches of the wrong shape, dtype or layout, k or
         v overlapping a cache, the caches overlapping each other. Torch
         tensors (written in their own storage) and DLPack objects as in
         :meth:`apply`; not differentiable.
         """
-        if type(k) is _ndarray and type(k_cache) is _ndarray and type(slot_mapping) is _ndarray:
+        if (type(k) is _ndarray and type(k_cache) is _ndarray and type(slot_mapping) is _ndarray
+                and k_scale is None and v_scale is None):
             # the decode step: the memoised write (the general path below decides the rest)
             if (k.flags.c_contiguous and type(offset) is int and (positions is None or type(positions) is _ndarray)
                     and (norm is None or type(norm) is RMSNorm)
@@ -602,11 +612,12 @@ class Rope:
                     and _paged.direct(self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
                                       "Rope.cache_write")):
                 return k_cache, v_cache
-        elif _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout)):
+        if _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
+                                   k_scale, v_scale)):
             return _CACHE_WRITE.convert(_cache_write, (self, k, v, k_cache, v_cache, slot_mapping, positions,
-                                                       offset, norm, layout))
+                                                       offset, norm, layout, k_scale, v_scale))
         return _paged.cache_write(self, k, v, k_cache, v_cache, slot_mapping, positions, offset,
-                                  as_norm("norm", norm), layout, "Rope.cache_write")
+                                  as_norm("norm", norm), layout, "Rope.cache_write", k_scale, v_scale)
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
 
@@ -664,9 +675,9 @@ def _qk_adjoint(args):
                                 inverse=True, angles=args["angles"])
 
 
-def _cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout):
+def _cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, k_scale, v_scale):
     return rope.cache_write(k, v, k_cache, v_cache, slot_mapping, positions=positions, offset=offset, norm=norm,
-                            layout=layout)
+                            layout=layout, k_scale=k_scale, v_scale=v_scale)
 
 
 def _prepare(rope, x, out, seq_axis, inverse):
@@ -687,10 +698,12 @@ _APPLY_QK = Edge("Rope.apply_qk", ("rope", "q", "k", "positions", "offset", "seq
                  inputs=("q", "k"), out="out", pair=True, positions=("positions",), adjoint=_qk_adjoint)
 _COS_SIN = Edge("Rope.cos_sin", ("rope", "positions", "dtype"), positions=("positions",), dtypes=("dtype",),
                 like="positions")
+# data=False: caches may be int8, float8 or q8_0 bytes (the write checks every dtype itself)
 _CACHE_WRITE = Edge("Rope.cache_write", ("rope", "k", "v", "k_cache", "v_cache", "slot_mapping", "positions",
-                                         "offset", "norm", "layout"),
-                     inputs=("k", "v", "k_cache", "v_cache"), positions=("slot_mapping", "positions"),
-                     written=("k_cache", "v_cache"), like="")
+                                         "offset", "norm", "layout", "k_scale", "v_scale"),
+                     inputs=("k", "v", "k_cache", "v_cache", "k_scale", "v_scale"),
+                     positions=("slot_mapping", "positions"), written=("k_cache", "v_cache", "k_scale", "v_scale"),
+                     like="", data=False)
 _PREPARE = Edge("Rope.prepare", ("rope", "x", "out", "seq_axis", "inverse"), inputs=("x",), out="out",
                 examples=True)
 _PREPARE_QK = Edge("Rope.prepare_qk", ("rope", "q", "k", "out", "seq_axis"), inputs=("q", "k"), out="out",

@@ -30,6 +30,8 @@ _from_buffer = ffi.from_buffer
 _positions_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["int64_t"])
 _rotate = lib.rope_rotate
 _rotate_staged = lib.rope_rotate_staged
+_rotate_quantised = lib.rope_rotate_quantised
+_float_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["float"])
 _NULL = ffi.NULL
 
 _ANGLES_SIZE = ffi.sizeof("rope_angles")
@@ -57,11 +59,11 @@ class Call:
     descriptors (op, tensors, angles), so concurrent calls never share a
     struct that is being filled."""
 
-    __slots__ = ("_fields", "_template", "_firsts", "_local", "_stages", "n_tensors", "n_batch", "n_seq", "n_heads",
-                 "wide")
+    __slots__ = ("_fields", "_template", "_firsts", "_local", "_stages", "_quants", "n_tensors", "n_batch", "n_seq",
+                 "n_heads", "wide")
 
     def __init__(self, dtype, layout, inverse, n_batch, n_seq, head_dim, rotary_dim, tensors, firsts=None,
-                 stages=None):
+                 stages=None, quants=None):
         """``tensors``: ``[(n_heads, x_strides, out_strides)]``, element strides
         (batch, seq, head). ``firsts``: per tensor, how :meth:`launch` reaches the
         first elements of its source and of its result, ``(x's, out's)``, each
@@ -71,13 +73,17 @@ class Call:
         per tensor the fields of its ``rope_stage`` but the pointers (a dict:
         ``copy``, ``norm``, ``norm_eps``, ``convert``, ``out_dtype``, ``slot_strides``,
         ``n_slots``, ``block_size``): the call runs ``rope_rotate_staged``,
-        each launch giving the weights and slots (``stage_data``)."""
+        each launch giving the weights and slots (``stage_data``). ``quants``:
+        None, or per tensor (with ``stages``) the fields of its ``rope_quant``
+        but the scales' pointer (``quantised.quant_fields``): the call runs
+        ``rope_rotate_quantised``, each launch giving the scales."""
         self._fields = dict(dtype=DTYPE_CODES[dtype], layout=LAYOUTS[layout], inverse=1 if inverse else 0,
                             n_batch=n_batch, n_seq=n_seq, head_dim=head_dim, rotary_dim=rotary_dim)
         self._template = [(ffi.NULL, ffi.NULL, h, xs, os_) for h, xs, os_ in tensors]
         self._firsts = tuple(firsts) if firsts is not None else ((None, None),) * len(tensors)
         self._local = threading.local()
         self._stages = None if stages is None else [dict(s) for s in stages]
+        self._quants = None if quants is None else [dict(q) for q in quants]
         self.n_tensors = len(tensors)
         self.n_batch, self.n_seq = n_batch, n_seq
         self.n_heads = tuple(h for h, _, _ in tensors)
@@ -94,7 +100,8 @@ class Call:
         op = ffi.new("rope_op *", dict(self._fields, n_threads=_isa.NUM_THREADS))
         slots = tuple((t[i], fx, fo, i) for i, (fx, fo) in enumerate(self._firsts))
         st = None if self._stages is None else ffi.new("rope_stage[]", self._stages)
-        bound = [op, _isa.NUM_THREADS, slots, t, ffi.new("rope_angles *"), None, st]
+        qu = None if self._quants is None else ffi.new("rope_quant[]", self._quants)
+        bound = [op, _isa.NUM_THREADS, slots, t, ffi.new("rope_angles *"), None, st, qu]
         self._local.bound = bound
         return bound
 
@@ -130,18 +137,19 @@ class Call:
         A staged Call takes ``stage_data``: per tensor ``(weight, slots)``,
         the norm's float64 weight pointer (``ffi.NULL``: none) and the int64
         C-contiguous slot array (None: no slots), kept referenced by the
-        caller."""
+        caller; a quantised Call ``(weight, slots, scales)``, the int8 scales
+        a float32 ndarray (None: none)."""
         if positions is not None and strides is None:
             if offset or (strides := direct_position_strides(positions, self.n_seq, sources[0])) is None:
                 return False
         if template is None:
             return False
         try:
-            op, threads, slots, t, a, held, st = self._local.bound
+            op, threads, slots, t, a, held, st, qu = self._local.bound
         except AttributeError:
-            op, threads, slots, t, a, held, st = self._bind()
+            op, threads, slots, t, a, held, st, qu = self._bind()
         if threads != _isa.NUM_THREADS:
-            op, threads, slots, t, a, held, st = self._bind()
+            op, threads, slots, t, a, held, st, qu = self._bind()
         try:
             # a keeps what the last call on this thread set: refill only what differs
             if positions is None:
@@ -170,7 +178,13 @@ class Call:
                 else:
                     d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
                     d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
-            if st is not None:
+            if qu is not None:
+                for i, (weight, slot_array, scales) in enumerate(stage_data):
+                    stage = st[i]
+                    stage.norm_weight = weight
+                    stage.slots = _NULL if slot_array is None else _positions_pointer(slot_array)
+                    qu[i].scales = _NULL if scales is None else _scales_pointer(scales)
+            elif st is not None:
                 for i, (weight, slot_array) in enumerate(stage_data):
                     stage = st[i]
                     stage.norm_weight = weight
@@ -179,7 +193,8 @@ class Call:
             if fall_back:
                 return False
             raise
-        status = _rotate(op, t, self.n_tensors, a) if st is None else _rotate_staged(op, t, st, self.n_tensors, a)
+        status = (_rotate(op, t, self.n_tensors, a) if st is None else _rotate_staged(op, t, st, self.n_tensors, a)
+                  if qu is None else _rotate_quantised(op, t, st, qu, self.n_tensors, a))
         if not status:
             return True
         if fall_back and status in _FALL_BACK:
@@ -199,7 +214,7 @@ class Call:
         staged Call's ``stage_data`` among it) goes to :meth:`launch`."""
         if positions is None and template is not None and stage_data is None:
             try:
-                op, threads, slots, t, a, held, st = self._local.bound
+                op, threads, slots, t, a, held, st, qu = self._local.bound
             except AttributeError:
                 pass
             else:
@@ -221,6 +236,14 @@ class Call:
                         return False
                     raise_for_status(status, where)
         return self.launch((x,), (out,), template, positions, offset, where, stage_data=stage_data)
+
+
+def _scales_pointer(scales):
+    """A ``float *`` to the first element of float32 ndarray ``scales`` (any
+    strides: C addresses it by the quant's strides), writable."""
+    if scales.flags.c_contiguous:
+        return _float_pointer(scales, True)
+    return pointer(scales, True, "float")
 
 
 def direct_position_strides(positions, n_seq, x):

@@ -6,7 +6,9 @@ The rope is an argument, never imported: its angle policy (``_token_positions``,
 ``_angles_for``) says where cos/sin come from, as on the general path.
 
 A cache is ``[num_blocks, block_size, kv_heads, head_dim]`` ("NHD") or
-``[num_blocks, kv_heads, block_size, head_dim]`` ("HND"); token t goes to
+``[num_blocks, kv_heads, block_size, head_dim]`` ("HND"), of floats or
+quantised (``quantised.py``: int8 with a scale per slot and head, float8
+e4m3 with a static scale, q8_0 blocks on the last axis); token t goes to
 slot ``slot_mapping[t]`` = block * block_size + offset (-1: skipped). A slot
 is a place, never a position: keys turn by their positions (``offset +
 arange(seq)`` or ``positions``), whatever slot they land in. Everything is
@@ -16,7 +18,7 @@ import math
 
 import numpy as np
 
-from . import dtypes as _dtypes, plan as _plan, stages as _stages
+from . import dtypes as _dtypes, plan as _plan, quantised as _quant, stages as _stages
 from .checks import MAX_POSITION, as_float_array, as_int, positions_array
 from .direct import may_share
 from .launcher import Call
@@ -33,22 +35,35 @@ def _cache_form(layout):
 
 
 def _check_cache(name, cache, data_dtype, kv_heads, head_dim, layout):
-    """``(num_blocks, block_size, out element strides (block, slot, head))`` of a cache."""
-    as_float_array(name, cache, _dtypes.accepted_dtypes(cache), _dtypes.accepted_names)
-    if data_dtype == np.float64 and cache.dtype not in (np.float64, np.float32):
-        raise TypeError(f"{name}: float64 data are written to a float64 or float32 cache, got {cache.dtype}")
+    """``(num_blocks, block_size, out element strides (block, slot, head), quant
+    kind, the cache as C addresses it)`` of a cache (a uint8 q8_0 cache as
+    ``Q8_0`` blocks)."""
+    kind = _quant.kind_of(cache)
+    dim = head_dim
+    if kind == _quant.NONE:
+        as_float_array(name, cache, _dtypes.accepted_dtypes(cache), _dtypes.accepted_names)
+        if data_dtype == np.float64 and cache.dtype not in (np.float64, np.float32):
+            raise TypeError(f"{name}: float64 data are written to a float64 or float32 cache, got {cache.dtype}")
+    else:
+        if data_dtype == np.float64:
+            raise TypeError(f"{name}: a {_quant.NAMES[kind]} cache quantises float32 arithmetic: float64 data are "
+                            f"written to a float64 or float32 cache")
+        if kind == _quant.Q8:
+            cache = _quant.as_blocks(name, cache, head_dim)
+            dim = head_dim // _quant.Q8_0_VALUES
     if cache.ndim != 4:
         raise ValueError(f"{name} must be a 4-D cache {_cache_form(layout)} (layout={layout!r}), "
                          f"got shape {cache.shape}")
-    blocks, a, b, dim = cache.shape
+    blocks, a, b, last = cache.shape
     heads, block_size = (b, a) if layout == "NHD" else (a, b)
-    if heads != kv_heads or dim != head_dim:
-        raise ValueError(f"{name} must be {_cache_form(layout)} with kv_heads={kv_heads} and head_dim={head_dim} "
+    if heads != kv_heads or last != dim:
+        what = f"head_dim={head_dim}" if kind != _quant.Q8 else f"head_dim // 32 = {dim} q8_0 blocks"
+        raise ValueError(f"{name} must be {_cache_form(layout)} with kv_heads={kv_heads} and {what} "
                          f"(layout={layout!r}), got shape {cache.shape}")
     if not cache.flags.writeable:
         raise ValueError(f"{name} is read-only")
     if cache.size == 0:   # no slot (numpy gives such arrays any strides): every token must be -1
-        return blocks, block_size, (0, 0, 0)
+        return blocks, block_size, (0, 0, 0), kind, cache
     if not _plan.kernel_friendly(cache):
         raise ValueError(f"{name} (strides {cache.strides}) must have a contiguous last axis and aligned "
                          f"elements: a cache is written in place, never through a copy")
@@ -56,7 +71,26 @@ def _check_cache(name, cache, data_dtype, kv_heads, head_dim, layout):
         raise ValueError(f"{name} has elements that overlap each other (a zero or overlapping stride)")
     s = [st // cache.itemsize for st in cache.strides]
     strides = (s[0], s[1], s[2]) if layout == "NHD" else (s[0], s[2], s[1])
-    return blocks, block_size, strides
+    return blocks, block_size, strides, kind, cache
+
+
+def _quant_of(name, kind, cache, scale, layout):
+    """``(rope_quant fields, int8 scales or None)`` of a cache of quant ``kind``
+    and its ``k_scale``/``v_scale`` argument (``name``), checked."""
+    if kind == _quant.NONE:
+        if scale is not None:
+            raise TypeError(f"{name} goes with an int8 or float8_e4m3fn cache; a {cache.dtype} cache stores "
+                            f"values as they are (got {type(scale).__name__})")
+        return _quant.quant_fields(kind), None
+    if kind == _quant.Q8:
+        if scale is not None:
+            raise TypeError(f"{name}: a q8_0 cache keeps its scales in its blocks (pass None), "
+                            f"got {type(scale).__name__}")
+        return _quant.quant_fields(kind), None
+    if kind == _quant.FP8:
+        return _quant.quant_fields(kind, scale=_quant.static_scale(name, scale)), None
+    scales, strides = _quant.scale_array(name, scale, cache.shape[:3], layout)
+    return _quant.quant_fields(kind, scale_strides=strides), scales
 
 
 def _source(name, x):
@@ -101,11 +135,12 @@ def _slots(slot_mapping, token_shape, n_slots):
 
 class Layout:
     """What a write depends on but its pointers: the checked shapes, strides and
-    dtypes of k, v and the caches, the norm's stage, and the Call for sources
-    laid out as ``k4``/``v4`` (built by :meth:`call`)."""
+    dtypes of k, v and the caches, the norm's stage, the caches' quants, and
+    the Call for sources laid out as ``k4``/``v4`` (built by :meth:`call`)."""
 
     __slots__ = ("kv_heads", "n_slots", "block_size", "k_strides", "v_strides", "stage", "token_shape",
-                 "k_dtype", "k_cache_dtype", "v_cache_dtype", "small")
+                 "k_dtype", "k_cache_dtype", "v_cache_dtype", "small", "k_cache", "v_cache", "k_quant", "v_quant",
+                 "k_scales", "v_scales", "quantised")
 
     def call(self, rope, k4, v4, k_cache, v_cache):
         """The staged ``Call`` writing ``k4`` (and ``v4``: values, or None) into the caches."""
@@ -114,16 +149,20 @@ class Layout:
         place = (self.n_slots, self.block_size, slot_strides)
         tensors = [(self.kv_heads, _plan.element_strides(k4), self.k_strides)]
         firsts = [(_plan._first_element(k4), _plan._first_element(k_cache))]
-        stages = [_stages.fields(self.stage, True, self.k_cache_dtype, place)]
+        k_type = None if self.k_quant["kind"] else self.k_cache_dtype
+        stages = [_stages.fields(self.stage, True, k_type, place)]
+        quants = [self.k_quant]
         if v4 is not None:
             tensors.append((self.kv_heads, _plan.element_strides(v4), self.v_strides))
             firsts.append((_plan._first_element(v4), _plan._first_element(v_cache)))
-            stages.append(_stages.fields(None, False, self.v_cache_dtype, place))
+            v_type = None if self.v_quant["kind"] else self.v_cache_dtype
+            stages.append(_stages.fields(None, False, v_type, place))
+            quants.append(self.v_quant)
         return Call(self.k_dtype, rope.layout, False, k4.shape[0], n_seq, rope.head_dim, rope.rotary_dim, tensors,
-                    firsts, stages)
+                    firsts, stages, quants if self.quantised else None)
 
 
-def _layout(rope, k, v, k_cache, v_cache, norm, layout):
+def _layout(rope, k, v, k_cache, v_cache, norm, layout, k_scale=None, v_scale=None):
     """The :class:`Layout` of a write, every check that needs no pointer made
     (TypeError/ValueError naming the argument)."""
     if not isinstance(layout, str) or layout not in LAYOUTS:
@@ -143,13 +182,22 @@ def _layout(rope, k, v, k_cache, v_cache, norm, layout):
             raise ValueError(f"v must have k's shape {k.shape}, got {v.shape}")
     w = Layout()
     w.kv_heads = kv_heads = k.shape[-2]
-    blocks, w.block_size, w.k_strides = _check_cache("k_cache", k_cache, k.dtype, kv_heads, head_dim, layout)
-    w.v_strides = w.v_cache_dtype = None
+    blocks, w.block_size, w.k_strides, k_kind, w.k_cache = _check_cache("k_cache", k_cache, k.dtype, kv_heads,
+                                                                         head_dim, layout)
+    w.k_quant, w.k_scales = _quant_of("k_scale", k_kind, w.k_cache, k_scale, layout)
+    w.v_strides = w.v_cache_dtype = w.v_cache = w.v_scales = None
+    w.v_quant = _quant.quant_fields(_quant.NONE)
+    if v_cache is None and v_scale is not None:
+        raise TypeError(f"v_scale goes with a v_cache (v_cache is None), got {type(v_scale).__name__}")
     if v_cache is not None:
-        _, _, w.v_strides = _check_cache("v_cache", v_cache, k.dtype, kv_heads, head_dim, layout)
-        if v_cache.shape != k_cache.shape:
-            raise ValueError(f"v_cache must have k_cache's shape {k_cache.shape}, got {v_cache.shape}")
-        w.v_cache_dtype = v_cache.dtype
+        v_blocks, v_block_size, w.v_strides, v_kind, w.v_cache = _check_cache("v_cache", v_cache, k.dtype, kv_heads,
+                                                                              head_dim, layout)
+        if (v_blocks, v_block_size) != (blocks, w.block_size):
+            raise ValueError(f"v_cache must have k_cache's blocks and block size ({blocks}, {w.block_size}), got "
+                             f"shape {v_cache.shape}")
+        w.v_quant, w.v_scales = _quant_of("v_scale", v_kind, w.v_cache, v_scale, layout)
+        w.v_cache_dtype = w.v_cache.dtype
+    w.quantised = bool(w.k_quant["kind"] or w.v_quant["kind"])
     w.stage = None
     if norm is not None:
         _stages.check_stage_dim("norm", head_dim)
@@ -158,26 +206,35 @@ def _layout(rope, k, v, k_cache, v_cache, norm, layout):
         _stages.check_stage_dim("k_cache" if k_cache.dtype != k.dtype else "v_cache", head_dim)
     w.n_slots = blocks * w.block_size
     w.token_shape = k.shape[:-2]
-    w.k_dtype, w.k_cache_dtype = k.dtype, k_cache.dtype
+    w.k_dtype, w.k_cache_dtype = k.dtype, w.k_cache.dtype
     return w
 
 
-def _apart(k, v, k_cache, v_cache):
-    """Refuse caches that overlap each other, or k or v (ValueError naming both)."""
+def _apart(k, v, k_cache, v_cache, k_scales=None, v_scales=None):
+    """Refuse caches (and int8 scales) that overlap each other, or k or v
+    (ValueError naming both)."""
     if v_cache is not None and _plan.overlap(k_cache, v_cache):
         raise ValueError("k_cache and v_cache overlap: one cache would overwrite the other")
     for name, x in (("k", k), ("v", v)):
         for cname, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
             if x is not None and cache is not None and _plan.overlap(x, cache):
                 raise ValueError(f"{name} and {cname} overlap: the write would change what it reads")
+    for sname, scales in (("k_scale", k_scales), ("v_scale", v_scales)):
+        if scales is None:
+            continue
+        for name, x in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("k_scale", k_scales)):
+            if x is not None and x is not scales and _plan.overlap(x, scales):
+                raise ValueError(f"{sname} and {name} overlap: the scales would overwrite what the call reads or "
+                                 f"writes")
 
 
-def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
+def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where, k_scale=None,
+                v_scale=None):
     """``Rope.cache_write`` on ndarrays, planned in full (:func:`direct` is the
     memoised path for decode-shaped calls); ``norm``: a ``pyrope.RMSNorm`` or
     None. Returns ``(k_cache, v_cache)``."""
-    w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
-    _apart(k, v, k_cache, v_cache)
+    w = _layout(rope, k, v, k_cache, v_cache, norm, layout, k_scale, v_scale)
+    _apart(k, v, w.k_cache, w.v_cache, w.k_scales, w.v_scales)
     slots = _slots(slot_mapping, w.token_shape, w.n_slots)
     batch_shape, n_seq = w.token_shape[:-1], w.token_shape[-1]
     offset = as_int("offset", offset)
@@ -193,14 +250,14 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
         return k_cache, v_cache
     k4 = _source("k", k)
     v4 = None if v is None else _source("v", v)
-    call = w.call(rope, k4, v4, k_cache, v_cache)
-    sources, results = (k4,) if v is None else (k4, v4), (k_cache,) if v is None else (k_cache, v_cache)
+    call = w.call(rope, k4, v4, w.k_cache, w.v_cache)
+    sources, results = (k4,) if v is None else (k4, v4), (w.k_cache,) if v is None else (w.k_cache, w.v_cache)
     template, c_positions, keep = rope._angles_for(positions, offset, n_seq, "auto", k.dtype)
     strides = (0, 0, 0) if c_positions is None else _plan.position_strides(c_positions)
     if c_positions is not None:
         c_positions = _plan.positions_apart(c_positions, results)
     call.launch(sources, results, template, c_positions, offset, where, strides, sections, False,
-                _stage_data(w.stage, slots, v is not None))
+                _stage_data(w.stage, slots, v is not None, w))
     del keep   # the rows the template pointed into lived until here
     return k_cache, v_cache
 
@@ -214,8 +271,12 @@ def _listed_ok(listed, n_slots):
             and len(set(listed)) == len(listed) - skipped + (skipped > 0))
 
 
-def _stage_data(stage, slots, with_values):
-    """The launch's stage data: k's norm weights and slots, and v's slots."""
+def _stage_data(stage, slots, with_values, w=None):
+    """The launch's stage data: k's norm weights and slots, and v's slots (and,
+    for a quantised write, Layout ``w``'s int8 scales)."""
+    if w is not None and w.quantised:
+        data = (_stages.weight_pointer(stage), slots, w.k_scales)
+        return (data, (_stages.NULL, slots, w.v_scales)) if with_values else (data,)
     data = (_stages.weight_pointer(stage), slots)
     return (data, (_stages.NULL, slots)) if with_values else (data,)
 
@@ -268,7 +329,7 @@ def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
     planned = None
     if k.size and k_cache.size and k.ndim in (3, 4) and slot_mapping.dtype.kind in "iu":
         w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
-        if slot_mapping.shape == w.token_shape:
+        if slot_mapping.shape == w.token_shape and not w.quantised and w.k_cache is k_cache:
             w.small = slot_mapping.size <= _SMALL
             planned = (w, w.call(rope, _plan.as_4d(k), None if v is None else _plan.as_4d(v), k_cache, v_cache))
     if len(_WRITES) >= _MAX_WRITES:

@@ -300,7 +300,7 @@ class Edge:
         torch = sys.modules.get("torch")
         names, data = self._names, self._data
         given = [args[i] for i in self._inputs + self._positions]
-        if torch is None or not all(g is None or isinstance(g, (_ndarray, torch.Tensor)) for g in given):
+        if torch is None or not all(g is None or isinstance(g, (_ndarray, torch.Tensor, float, int)) for g in given):
             return self._convert_general(fn, args)
         if grad_needed(given):
             return self._differentiate(fn, list(args), [args[i] for i in self._inputs], [])

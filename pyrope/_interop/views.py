@@ -115,12 +115,23 @@ def _torch_view(torch, name, t, data):
                          f"larger than numpy can address ({_MAX_ARRAY_BYTES} bytes), even when its strides "
                          f"repeat memory")
     bfloat16 = _bfloat16_for(torch, name) if t.dtype is torch.bfloat16 else None
+    float8 = _float8_for(name) if t.dtype is getattr(torch, "float8_e4m3fn", None) else None
     try:
         if bfloat16 is not None:
             return t.view(torch.int16).numpy().view(bfloat16)
+        if float8 is not None:   # a float8 cache (data=False entries); numpy() refuses float8
+            return t.view(torch.uint8).numpy().view(float8)
         return t.numpy()
     except (RuntimeError, builtins.TypeError) as exc:  # negative or conjugate views, exotic dtypes
         raise TypeError(f"{name} ({t.dtype}) has no numpy view: {exc}") from None
+
+
+def _float8_for(name):
+    """ml_dtypes' float8_e4m3fn for torch.float8_e4m3fn (imported now if need
+    be), or a ``TypeError`` naming ``name`` and what to install."""
+    if _dtypes.bfloat16() is None:   # imports ml_dtypes when it is installed
+        raise TypeError(f"{name} is float8_e4m3fn, which needs the ml_dtypes package: {_dtypes.ML_DTYPES_HINT}")
+    return np.dtype(sys.modules["ml_dtypes"].float8_e4m3fn)
 
 
 _MAX_ARRAY_BYTES = np.iinfo(np.intp).max   # numpy refuses arrays whose size * itemsize exceeds it
