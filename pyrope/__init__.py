@@ -24,6 +24,7 @@ from .config import load_hf_config, rope_arguments_from_hf_config
 from .contract import fingerprint, make_contract, resolved_from_contract
 from .errors import RopeError
 from .norm import RMSNorm
+from .quant import Q8_0, dequantize
 from .rope import Rope
 from .scaling import (NTK, Default, Dynamic, FreqFactors, Llama3, Linear, LongRope, Proportional,
                       Resolved, Yarn, resolve)
@@ -52,7 +53,7 @@ def _warn_about_the_environment():
 
 if _isa.ENVIRONMENT_ERRORS:
     _warn_about_the_environment()
-__all__ = ["Rope", "RopeError", "RMSNorm", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
+__all__ = ["Rope", "RopeError", "RMSNorm", "Q8_0", "dequantize", "forced_isa", "get_isa", "set_isa", "supported_isas", "__version__",
            "get_num_threads", "set_num_threads",
            "resolve", "Resolved", "Default", "Linear", "NTK", "Dynamic", "Yarn", "Llama3", "LongRope",
            "Proportional", "FreqFactors", "load_hf_config", "rope_arguments_from_hf_config",

@@ -14,7 +14,7 @@ from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_l
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
 from ._interop.edge import PASS as _PASS, Edge
-from ._ops import rekey as _rekey
+from ._ops import rekey as _rekey, shift as _shift
 from .prepared import PreparedApply, PreparedApplyQK, PreparedRotation  # noqa: F401 (pyrope.rope.PreparedRotation)
 from ._readers.hf_config import hf_rope_arguments
 from .contract import config_facts_from_contract, with_config_facts
@@ -618,6 +618,33 @@ class Rope:
                                                        offset, norm, layout, k_scale, v_scale))
         return _paged.cache_write(self, k, v, k_cache, v_cache, slot_mapping, positions, offset,
                                   as_norm("norm", norm), layout, "Rope.cache_write", k_scale, v_scale)
+
+    def shift_keys(self, k_cache, slot_mapping, from_positions, to_positions, *, layout="NHD", k_scale=None):
+        """Move the keys stored at ``slot_mapping``'s slots from ``from_positions``
+        to ``to_positions``, in place, in one pass (llama.cpp's K-shift after a
+        context shift or a removed prefix). Returns ``k_cache``.
+
+        Each key is read from its slot (a quantised one dequantised to
+        float32), rotated by the exact difference ``to - from`` with attention
+        factor 1 (the key carries the factor already), and stored back
+        (requantised; an int8 head's scale in ``k_scale`` recomputed). A float
+        cache gets the bits :func:`pyrope.cache.rerotate` gives the same keys.
+
+        - ``k_cache``: a cache as :meth:`cache_write` takes it (float, int8,
+          float8_e4m3fn, q8_0), ``layout`` "NHD" or "HND"; ``k_scale``: its
+          int8 scales array or float8 static scale, as there.
+        - ``slot_mapping``: ``[n]`` or ``[*batch, n]`` slots (-1: skipped),
+          none twice; ``from_positions``, ``to_positions``: integers
+          broadcasting to its shape, their difference within +-(2**31 - 1).
+
+        Refused before anything is written (``TypeError``/``ValueError``
+        naming the argument) as :meth:`cache_write` refuses, and for a
+        sectioned (multimodal) rope, whose keys move by several components.
+        docs/ACCURACY.md ("Shifting quantised keys") gives the error after
+        repeated shifts of a quantised cache.
+        """
+        return _shift.shift_keys(Rope, self, k_cache, slot_mapping, from_positions, to_positions, layout=layout,
+                                 k_scale=k_scale)
 
     # ---- cached keys (pyrope.cache) ------------------------------------------
 

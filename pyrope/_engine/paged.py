@@ -223,7 +223,7 @@ def _apart(k, v, k_cache, v_cache, k_scales=None, v_scales=None):
         if scales is None:
             continue
         for name, x in (("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("k_scale", k_scales)):
-            if x is not None and x is not scales and _plan.overlap(x, scales):
+            if x is not None and name != sname and _plan.overlap(x, scales):
                 raise ValueError(f"{sname} and {name} overlap: the scales would overwrite what the call reads or "
                                  f"writes")
 

@@ -309,7 +309,7 @@ class Edge:
         views = []
         for i in self._inputs + self._positions:
             a = args[i]
-            if a is not None and not isinstance(a, _ndarray):
+            if a is not None and not isinstance(a, _ndarray) and is_foreign(a):   # numbers pass as they are
                 args[i] = as_array(names[i], a, data and i in self._inputs)
                 views.append((args[i], a))
         result = fn(*args)
