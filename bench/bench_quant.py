@@ -981,7 +981,7 @@ def _pass_times(passes, n, repeats=5):
     return {name: float(np.median(v)) for name, v in got.items()}
 
 
-PROFILE_CALLS = {"prefill_8192": 2, "decode_16": 500, "shift_4096": 5}
+PROFILE_CALLS = {"prefill_8192": 4, "decode_16": 500, "shift_4096": 10}
 
 
 def profile(dtype="float32", cases=tuple(CASES), top=20):
