@@ -193,8 +193,8 @@ def _layout(rope, k, v, k_cache, v_cache, norm, layout, k_scale=None, v_scale=No
         v_blocks, v_block_size, w.v_strides, v_kind, w.v_cache = _check_cache("v_cache", v_cache, k.dtype, kv_heads,
                                                                               head_dim, layout)
         if (v_blocks, v_block_size) != (blocks, w.block_size):
-            raise ValueError(f"v_cache must have k_cache's blocks and block size ({blocks}, {w.block_size}), got "
-                             f"shape {v_cache.shape}")
+            raise ValueError(f"v_cache must have k_cache's shape in blocks and block size ({blocks}, "
+                             f"{w.block_size}), got shape {v_cache.shape}")
         w.v_quant, w.v_scales = _quant_of("v_scale", v_kind, w.v_cache, v_scale, layout)
         w.v_cache_dtype = w.v_cache.dtype
     w.quantised = bool(w.k_quant["kind"] or w.v_quant["kind"])
