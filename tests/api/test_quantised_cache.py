@@ -417,3 +417,47 @@ def test_torch_caches():
     rope.cache_write(k, None, kb, None, slots)
     want = qf.q8_0(rotated32(rope, k.numpy(), np.arange(6))[live])
     assert np.array_equal(kb.numpy().reshape(8, 2, 68)[s[live]], want)
+
+
+# ---- the memoised decode write: the general path's bits and refusals -------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_writes_take_the_general_paths_bits(kind):
+    """A decode step through the memo (C-contiguous k, v) and the same step through the general
+    path (k, v as strided views) store the same bytes; a changed static scale is not reused."""
+    rope = Rope(head_dim=64, base=10000.0, layout="split_half")
+    k, v = rand((16, 2, 64), seed=31), rand((16, 2, 64), seed=32)
+    slots = np.arange(16, dtype=np.int64) * 3
+    pos = np.arange(16, dtype=np.int64) * 5 + 1
+    results = []
+    for contiguous in (True, False, True):
+        kk = k if contiguous else np.concatenate([k, k], axis=-1)[..., :64]
+        vv = v if contiguous else np.concatenate([v, v], axis=-1)[..., :64]
+        kc, vc = make_cache(kind, 8, 8, 2, 64, "NHD"), make_cache(kind, 8, 8, 2, 64, "NHD")
+        ks, vs = make_scale(kind, 8, 8, 2, "NHD", 0.02), make_scale(kind, 8, 8, 2, "NHD", 0.04)
+        for _ in range(2):   # the second call hits the memo
+            rope.cache_write(kk, vv, kc, vc, slots, positions=pos, k_scale=ks, v_scale=vs)
+        results.append([np.ascontiguousarray(a).view(np.uint8).copy() for a in (kc, vc)] +
+                       ([ks.copy(), vs.copy()] if kind == "int8" else []))
+        check_write(rope, kind, k, v, kc, vc, ks, vs, slots, "NHD", pos)
+    for a, b in zip(results[0], results[1]):
+        assert np.array_equal(a, b)
+    if kind == "fp8":   # another static scale after the memo planned one
+        kc, vc = make_cache(kind, 8, 8, 2, 64, "NHD"), make_cache(kind, 8, 8, 2, 64, "NHD")
+        rope.cache_write(k, v, kc, vc, slots, positions=pos, k_scale=0.5, v_scale=0.25)
+        check_write(rope, kind, k, v, kc, vc, 0.5, 0.25, slots, "NHD", pos)
+
+
+def test_decode_write_refusals_after_the_memo_planned():
+    rope, k, v, kc, vc, ks, vs, slots = refusal_setup("int8")
+    rope.cache_write(k, v, kc, vc, slots, k_scale=ks, v_scale=vs)
+    rope.cache_write(k, v, kc, vc, slots, k_scale=ks, v_scale=vs)
+    ro = ks.copy()
+    ro.flags.writeable = False
+    assert_refused(pyrope.errors.ValueError, "k_scale is read-only", lambda: rope.cache_write(
+        k, v, kc, vc, slots, k_scale=ro, v_scale=vs), kc, vc, vs)
+    both = np.zeros((2, 2, 4, 2), np.float32)   # k_scale and v_scale in one buffer, overlapping
+    assert_refused(pyrope.errors.ValueError, "overlap", lambda: rope.cache_write(
+        k, v, kc, vc, slots, k_scale=both[0], v_scale=both[0]), kc, vc)
+    assert_refused(pyrope.errors.ValueError, "slot_mapping holds slot 2 twice", lambda: rope.cache_write(
+        k, v, kc, vc, np.array([0, 2, 2, 3]), k_scale=ks, v_scale=vs), kc, vc, ks, vs)
