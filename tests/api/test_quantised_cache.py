@@ -52,16 +52,6 @@ def per_slot(a, layout):
     return np.ascontiguousarray(a).reshape((-1,) + a.shape[2:])
 
 
-def expected(kind, x, scale):
-    """(bits [..., bytes] of the quantised heads x [..., dim], scales or None)."""
-    if kind == "int8":
-        q, s = qf.int8(x)
-        return q.view(np.uint8), s
-    if kind == "fp8":
-        return qf.fp8(x, scale), None
-    return qf.q8_0(x), None
-
-
 def stored(kind, cache, scale, slots, layout):
     """(bits of the heads at slots, their int8 scales or None)."""
     heads = per_slot(cache, layout)[slots]
@@ -83,13 +73,13 @@ def slots_for(n, blocks, bs, seed=0):
 
 def check_write(rope, kind, k, v, kc, vc, ks, vs, slots, layout, positions, norm=None):
     live = slots != -1
-    want, want_s = expected(kind, rotated32(rope, k, positions, norm)[live], ks)
+    want, want_s = qf.quantised(kind, rotated32(rope, k, positions, norm)[live], ks)
     got, got_s = stored(kind, kc, ks, slots[live], layout)
     assert np.array_equal(got, want)
     if kind == "int8":
         assert np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32))
     if v is not None:
-        want, want_s = expected(kind, v.astype(np.float32)[live], vs)
+        want, want_s = qf.quantised(kind, v.astype(np.float32)[live], vs)
         got, got_s = stored(kind, vc, vs, slots[live], layout)
         assert np.array_equal(got, want)
         if kind == "int8":
