@@ -1,9 +1,8 @@
 /* quant_shift.c: pyrope's C API over the quantised KV cache of a llama.cpp-like layer.
  *
  * llama.cpp can keep its keys as ggml q8_0 blocks (--cache-type-k q8_0: per
- * 32 values a float16 scale d and 32 int8) and its values as int8; here the
- * values have a float32 scale per (slot, head), as vLLM's int8 caches do. The
- * cache is paged: blocks of BLOCK_SIZE slots, handed to the sequence out of
+ * 32 values a float16 scale d and 32 int8); the values here are int8 with a
+ * float32 scale per (slot, head). The cache is paged: blocks of BLOCK_SIZE slots, handed to the sequence out of
  * order and found through its block table. One rope_rotate_quantised call
  * per forward step writes both:
  *   k  rotated and quantised into its slot as q8_0 (ROPE_QUANT_Q8_0);
@@ -208,8 +207,8 @@ int main(void)
 
     /* The context shift: positions 0 .. DROP - 1 are dropped, the keys at
      * DROP .. N_TOKENS - 1 move to 0 .. N_TOKENS - 1 - DROP in their slots.
-     * Each token's position is the difference new - old: a key rotated by
-     * p0 and then by -DROP is the key rotated by p0 - DROP. The angles'
+     * Each token's position is the difference new - old: a key rotated at
+     * p, then by -DROP, is the key rotated at p - DROP. The angles'
      * scale is 1 whatever the layer's attention factor: the stored key
      * carries that factor already. Values do not move. */
     enum { MOVED = N_TOKENS - DROP };
