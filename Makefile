@@ -57,20 +57,21 @@ bench: install-bench
 clean:
 	rm -rf build *.egg-info pyrope/_pyrope_cffi* pyrope/lib pyrope/include .pytest_cache .benchmarks
 
-# The C library: the C examples (docs/examples/decode_loop.c, paged_write.c)
-# each built with the command docs/examples/README.md documents for it (read
-# from there), against this checkout (c-example) or against the wheel installed
-# in a throwaway venv (check-wheel, which also lists the wheel's C files), and
-# run: a program's exit status counts (its output goes to <name>.out, whose
-# last lines, the checks it made, are shown). Neither touches the installed
-# package.
+# The C library: the C examples (docs/examples/decode_loop.c, paged_write.c,
+# quant_shift.c) each built with the command docs/examples/README.md documents
+# for it (read from there), against this checkout (c-example) or against the
+# wheel installed in a throwaway venv (check-wheel, which also lists the wheel's
+# C files), and run: a program's exit status counts (its output goes to
+# <name>.out, whose last lines, the checks it made, are shown). Neither touches
+# the installed package.
 # check-wheel builds as pip builds for a user (in an isolated environment with
 # pyproject.toml's build requirements) and installs the wheel with its declared
 # dependencies into a venv without the system's site-packages: nothing installed
 # beside it can stand in for a build requirement or a dependency the wheel lacks.
-C_EXAMPLES = decode_loop paged_write
+C_EXAMPLES = decode_loop paged_write quant_shift
 CHECK_LINES_decode_loop = 2
 CHECK_LINES_paged_write = 1
+CHECK_LINES_quant_shift = 2
 # $(call EXAMPLE_CMD,<name>): the documented command building <name>.c
 EXAMPLE_CMD = grep '^cc .* $(1)\.c ' $(CURDIR)/docs/examples/README.md
 # $(call RUN_EXAMPLE,<name>,<env>,<where ldd must find libpyrope>), in the example's directory
