@@ -451,3 +451,32 @@ def test_decode_write_refusals_after_the_memo_planned():
         k, v, kc, vc, slots, k_scale=both[0], v_scale=both[0]), kc, vc)
     assert_refused(pyrope.errors.ValueError, "slot_mapping holds slot 2 twice", lambda: rope.cache_write(
         k, v, kc, vc, np.array([0, 2, 2, 3]), k_scale=ks, v_scale=vs), kc, vc, ks, vs)
+
+
+# ---- every instruction set, through the public calls ---------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_instruction_set_stores_the_same_bytes(kind):
+    """cache_write and shift_keys under each ISA this CPU runs give the formulas' bytes (the
+    kernels are compared one by one in tests/c/kernels_identical.c; this is the whole call),
+    on heads with ties, zeros, a NaN and huge values mixed in."""
+    rope = Rope(head_dim=96, base=10000.0, layout="interleaved")
+    k, v = rand((21, 3, 96), seed=41), rand((21, 3, 96), seed=42, scale=300.0)
+    k[2, 1] = 0
+    k[5, 0, 7] = np.nan
+    v[3, 2, :6] = [127.0, 2.5, -2.5, 0.5, 1e30, -1e-30]
+    slots = np.random.default_rng(3).permutation(48)[:21].astype(np.int64)
+    pos = np.arange(21, dtype=np.int64) * 13
+    stored = {}
+    for isa in pyrope.supported_isas():
+        with pyrope.forced_isa(isa):
+            kc, vc = make_cache(kind, 6, 8, 3, 96, "NHD"), make_cache(kind, 6, 8, 3, 96, "NHD")
+            ks, vs = make_scale(kind, 6, 8, 3, "NHD", 0.05), make_scale(kind, 6, 8, 3, "NHD", 2.0)
+            rope.cache_write(k, v, kc, vc, slots, positions=pos, k_scale=ks, v_scale=vs)
+            rope.shift_keys(kc, slots, pos, pos - 7, k_scale=ks)
+            stored[isa] = [np.ascontiguousarray(a).view(np.uint8).copy() for a in (kc, vc)] + (
+                [ks.view(np.uint8).copy(), vs.view(np.uint8).copy()] if kind == "int8" else [])
+    for isa, arrays in stored.items():
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, stored["scalar"])), isa
+    want_v, _ = qf.quantised(kind, v.astype(np.float32), 2.0)   # and the values are the formulas'
+    assert np.array_equal(stored["scalar"][1].reshape(48, 3, -1)[slots], want_v)
