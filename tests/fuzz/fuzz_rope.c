@@ -2363,11 +2363,14 @@ static void fuzz_quantised(reader *r)
         int64_t heads_total = 0;
         for (int k = 0; k < n_setup; k++)
             heads_total += T[k].heads;
-        /* the scales' span starts 4-aligned inside the host: they meet */
-        if (host && host_bytes >= 4 && t->sn > 0 && t->count[0] > 0 && t->count[1] > 0) {
-            /* a 4-aligned place inside the host (an out may sit one byte into its block) */
-            const size_t skip = (4 - (uintptr_t)host % 4) % 4;
-            uint8_t *at = host + skip + 4 * (size_t)(where % ((host_bytes - skip - 1) / 4 + 1));
+        /* the scales' span starts 4-aligned inside the host: they meet. A
+         * call that must accept them (the host not read, nothing to do)
+         * writes them all: then they must fit in the host. */
+        const int meet = read && n_tok > 0 && heads_total > 0;
+        const size_t skip = host ? (4 - (uintptr_t)host % 4) % 4 : 0;   /* an out may sit one byte into its block */
+        const size_t room = host_bytes > skip ? host_bytes - skip : 0, need = meet ? 1 : (size_t)t->sn * 4;
+        if (host && room >= 4 && room >= need && t->sn > 0 && t->count[0] > 0 && t->count[1] > 0) {
+            uint8_t *at = host + skip + 4 * (size_t)(where % ((room - need) / 4 + 1));
             rope_quant aq[MAX_TENSORS];
             memcpy(aq, quants, sizeof aq);
             aq[ak].scales = (float *)(void *)at - t->slo;
@@ -2376,7 +2379,6 @@ static void fuzz_quantised(reader *r)
             memcpy(saved, host, host_bytes);
             const int st = rope_rotate_quantised(&op, tensors, stages, aq, n_tensors, &angles);
             check_status(st);
-            const int meet = read && n_tok > 0 && heads_total > 0;
             if (st0 == ROPE_OK ? st != (meet ? ROPE_E_OVERLAP : ROPE_OK) : st != st0)
                 abort(); /* refused exactly when the scales meet what the call reads or writes */
             if (st != ROPE_OK && (!q_untouched(T, n_setup) || memcmp(host, saved, host_bytes) != 0))
