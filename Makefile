@@ -111,7 +111,9 @@ SAN_SKIP = tools/fuzz_replay tools/build_names tools/install tools/readme tools/
   tools/imports tools/cli tools/cli_hardening tools/check tools/benchmark \
   interop/transformers_patch api/multimodal_model api/multimodal_positions
 SAN_IGNORE = $(foreach d,$(SAN_SKIP_DIRS),--ignore=tests/$(d)) $(foreach t,$(SAN_SKIP),--ignore=tests/$(dir $(t))test_$(notdir $(t)).py)
-SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+# float-cast-overflow: gcc's `undefined` leaves out float-to-integer conversions of
+# values out of range (NaN, infinities), which the quantisers must never make.
+SAN_FLAGS = -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_DIR = build/sanitize
 sanitize: install-test
 	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)
