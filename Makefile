@@ -57,20 +57,21 @@ bench: install-bench
 clean:
 	rm -rf build *.egg-info pyrope/_pyrope_cffi* pyrope/lib pyrope/include .pytest_cache .benchmarks
 
-# The C library: the C examples (docs/examples/decode_loop.c, paged_write.c)
-# each built with the command docs/examples/README.md documents for it (read
-# from there), against this checkout (c-example) or against the wheel installed
-# in a throwaway venv (check-wheel, which also lists the wheel's C files), and
-# run: a program's exit status counts (its output goes to <name>.out, whose
-# last lines, the checks it made, are shown). Neither touches the installed
-# package.
+# The C library: the C examples (docs/examples/decode_loop.c, paged_write.c,
+# quant_shift.c) each built with the command docs/examples/README.md documents
+# for it (read from there), against this checkout (c-example) or against the
+# wheel installed in a throwaway venv (check-wheel, which also lists the wheel's
+# C files), and run: a program's exit status counts (its output goes to
+# <name>.out, whose last lines, the checks it made, are shown). Neither touches
+# the installed package.
 # check-wheel builds as pip builds for a user (in an isolated environment with
 # pyproject.toml's build requirements) and installs the wheel with its declared
 # dependencies into a venv without the system's site-packages: nothing installed
 # beside it can stand in for a build requirement or a dependency the wheel lacks.
-C_EXAMPLES = decode_loop paged_write
+C_EXAMPLES = decode_loop paged_write quant_shift
 CHECK_LINES_decode_loop = 2
 CHECK_LINES_paged_write = 1
+CHECK_LINES_quant_shift = 2
 # $(call EXAMPLE_CMD,<name>): the documented command building <name>.c
 EXAMPLE_CMD = grep '^cc .* $(1)\.c ' $(CURDIR)/docs/examples/README.md
 # $(call RUN_EXAMPLE,<name>,<env>,<where ldd must find libpyrope>), in the example's directory
@@ -110,7 +111,9 @@ SAN_SKIP = tools/fuzz_replay tools/build_names tools/install tools/readme tools/
   tools/imports tools/cli tools/cli_hardening tools/check tools/benchmark \
   interop/transformers_patch api/multimodal_model api/multimodal_positions
 SAN_IGNORE = $(foreach d,$(SAN_SKIP_DIRS),--ignore=tests/$(d)) $(foreach t,$(SAN_SKIP),--ignore=tests/$(dir $(t))test_$(notdir $(t)).py)
-SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+# float-cast-overflow: gcc's `undefined` leaves out float-to-integer conversions of
+# values out of range (NaN, infinities), which the quantisers must never make.
+SAN_FLAGS = -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
 SAN_DIR = build/sanitize
 sanitize: install-test
 	rm -rf $(SAN_DIR) && mkdir -p $(SAN_DIR)

@@ -48,7 +48,7 @@ extern "C" {
  * and keeps the ABI number. So a program runs with any library of its ABI
  * number whose rope_version() is at least the ROPE_VERSION it was built with. */
 #define ROPE_VERSION_MAJOR 0
-#define ROPE_VERSION_MINOR 2
+#define ROPE_VERSION_MINOR 3
 #define ROPE_VERSION_PATCH 0
 #define ROPE_ABI_VERSION 1
 #define ROPE_VERSION (ROPE_VERSION_MAJOR * 10000 + ROPE_VERSION_MINOR * 100 + ROPE_VERSION_PATCH)
@@ -99,7 +99,8 @@ enum {
     ROPE_E_ALIGN = 11,     /* a pointer is not aligned to its element type */
     ROPE_E_SOURCE = 12,    /* the position source or its component map is invalid */
     ROPE_E_SLOT = 13,      /* a cache slot lies outside the cache (and is not -1) */
-    ROPE_E_STAGE = 14      /* a stage is invalid: its kind, norm, eps or type conversion */
+    ROPE_E_STAGE = 14      /* a stage or quant is invalid: its kind, norm, eps, type conversion,
+                            * or in_place without slots, with a norm or a copy */
 };
 
 /* A static message for a status code (never NULL). */
@@ -336,7 +337,9 @@ ROPE_API int rope_rotate_staged(const rope_op *op, const rope_tensor *tensors, c
  * float32 value v the stage computed (normalised, rotated) once:
  *   - INT8: per head, s = amax / 127 in float32 (amax = max |v| over the
  *     head's head_dim values), q = v / s rounded to nearest even, clipped to
- *     +-127; amax == 0 gives s = 0 and q = 0. s goes to scales.
+ *     +-127; amax == 0 gives s = 0 and q = 0 (an amax below 127 * 2^-149
+ *     also rounds s to 0: its values store +-127 or 0 and dequantise to 0).
+ *     s goes to scales.
  *   - FP8_E4M3: q = v / scale (float32), clamped to +-448, rounded to
  *     nearest even, stored as float8 e4m3fn bits (vLLM's convention).
  *   - Q8_0: per 32 values, ggml's block_q8_0 (quantize_row_q8_0_ref):
@@ -373,12 +376,17 @@ enum {
  *     for the head h that out addresses by (a, b): {batch, seq} without
  *     slots, {block, slot in the block} with them. Written like out (and
  *     read back when in_place); they share no byte with any out, nor with
- *     what the call reads.
+ *     what the call reads while it writes (positions, rows, weights,
+ *     slots; else ROPE_E_OVERLAP); like an out, they must keep apart from
+ *     every x, which the caller checks (Rope.cache_write does).
  *   - in_place (needs slots; no norm, no copy): x is not read. Each
  *     token's head is read from its slot (dequantised: int8 q * s, float8
  *     e4m3 value * scale, q8_0 qs * d, in float32; kind NONE: the cache's
  *     own values), rotated at the token's position and stored back to the
- *     same slot: keys moved to new positions (rotate by the difference). */
+ *     same slot: keys moved to new positions (rotate by the difference).
+ *     A slot listed twice is read and written by both tokens, one after the
+ *     other or, split over threads, at once: the caller refuses them, as
+ *     Rope.shift_keys does (the call stays within the cache either way). */
 typedef struct {
     int kind;
     int in_place;

@@ -35,7 +35,7 @@ from . import cache, layout, positions
 # tools: submodules loaded on first attribute access (PEP 562), never by `import pyrope`
 _LAZY_SUBMODULES = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark", "gguf")
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def _warn_about_the_environment():

@@ -603,14 +603,15 @@ class Rope:
         :meth:`apply`; not differentiable.
         """
         if (type(k) is _ndarray and type(k_cache) is _ndarray and type(slot_mapping) is _ndarray
-                and k_scale is None and v_scale is None):
+                and (k_scale is None or type(k_scale) in _SCALE_TYPES)
+                and (v_scale is None or type(v_scale) in _SCALE_TYPES)):
             # the decode step: the memoised write (the general path below decides the rest)
             if (k.flags.c_contiguous and type(offset) is int and (positions is None or type(positions) is _ndarray)
                     and (norm is None or type(norm) is RMSNorm)
                     and (v is None and v_cache is None or type(v) is _ndarray and v.flags.c_contiguous
                          and type(v_cache) is _ndarray)
                     and _paged.direct(self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
-                                      "Rope.cache_write")):
+                                      "Rope.cache_write", k_scale, v_scale)):
                 return k_cache, v_cache
         if _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
                                    k_scale, v_scale)):
@@ -700,6 +701,9 @@ def _qk_adjoint(args):
     rope = args["rope"]
     return lambda g: rope.apply(g, args["positions"], offset=args["offset"], seq_axis=args["seq_axis"],
                                 inverse=True, angles=args["angles"])
+
+
+_SCALE_TYPES = (np.ndarray, float, int)   # the scales the memoised write takes as they are
 
 
 def _cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, k_scale, v_scale):

@@ -266,56 +266,6 @@ typedef struct {
     const rope_quant *q;
 } job;
 
-/* stage_token for a quantised store: each head normalised, widened or (in
- * place) dequantised into the float32 row, rotated there (values: not),
- * quantised into its slot; an int8 head's scale to sv[h * stride]. */
-static void quant_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
-                        const char *xv, char *ov, float *sv, const void *c, const void *sn, float *row)
-{
-    const rope_op *op = j->op;
-    const rope_kernels *kern = j->kern;
-    const int64_t head_dim = op->head_dim, elem = j->elem;
-    const int64_t oelem = q->kind == ROPE_QUANT_Q8_0 ? ROPE_Q8_0_BYTES : 1;
-    const int64_t ostride = t->out_strides[2] * oelem;   /* bytes from head to head */
-    const rope_rot_fn rot = kern->rot[ROPE_F32][op->layout];
-    const rope_quantise_fn quantise = kern->quantise[q->kind];
-    double inv = 1.0;
-    if (st->norm == ROPE_NORM_TOKEN) {
-        double acc[8] = {0};
-        for (int64_t h = 0; h < t->n_heads; h++)
-            kern->sumsq[op->dtype](xv + h * t->x_strides[2] * elem, head_dim, acc);
-        inv = inverse_rms(acc, t->n_heads * head_dim, st->norm_eps);
-    }
-    for (int64_t h = 0; h < t->n_heads; h++) {
-        char *oh = ov + h * ostride;
-        float *sh = q->kind == ROPE_QUANT_INT8 ? sv + h * q->scale_strides[2] : NULL;
-        float scale = q->kind == ROPE_QUANT_FP8_E4M3 ? q->scale : sh && q->in_place ? *sh : 0.0f;
-        if (q->in_place) {
-            kern->dequantise[q->kind](oh, head_dim, scale, row);
-        } else {
-            const char *xh = xv + h * t->x_strides[2] * elem;
-            if (st->norm == ROPE_NORM_HEAD) {
-                double acc[8] = {0};
-                kern->sumsq[op->dtype](xh, head_dim, acc);
-                inv = inverse_rms(acc, head_dim, st->norm_eps);
-            }
-            if (st->norm != ROPE_NORM_NONE) {
-                const double *w = st->norm_weight;
-                if (w && st->norm == ROPE_NORM_TOKEN)
-                    w += h * head_dim;
-                kern->normalise[op->dtype](xh, head_dim, inv, w, row);
-            } else {
-                kern->widen[op->dtype](xh, head_dim, row);
-            }
-        }
-        if (!st->copy)
-            rot(row, row, 0, 0, 1, c, sn, j->half, op->inverse != 0);
-        quantise(row, head_dim, oh, &scale);
-        if (sh)
-            *sh = scale;
-    }
-}
-
 /* One tensor's heads of one token through its stage and quant: from xv
  * (in place: ov itself) to ov, an int8 quant's scales at sv. */
 static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
@@ -325,18 +275,15 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const rope_kernels *kern = j->kern;
     const int64_t head_dim = op->head_dim, half = j->half, elem = j->elem;
     const int out_dtype = st->out_dtype;
-    const int64_t oelem = ROPE_ELEM_SIZE[out_dtype];
+    const int quantised = q->kind != ROPE_QUANT_NONE;
+    const int64_t oelem = quantised ? (q->kind == ROPE_QUANT_Q8_0 ? ROPE_Q8_0_BYTES : 1) : ROPE_ELEM_SIZE[out_dtype];
     const int inverse = op->inverse != 0;
-    if (q->kind != ROPE_QUANT_NONE) {
-        quant_token(j, t, st, q, xv, ov, sv, c, sn, (float *)row);
-        return;
-    }
-    if (q->in_place) {   /* a float cache's keys, rotated where they are */
+    if (q->in_place && !quantised) {   /* a float cache's keys, rotated where they are */
         kern->rot[op->dtype][op->layout](ov, ov, t->out_strides[2], t->out_strides[2], t->n_heads, c, sn, half,
                                          inverse);
         return;
     }
-    if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype) {
+    if (st->norm == ROPE_NORM_NONE && out_dtype == op->dtype && !quantised) {
         if (!st->copy) {
             j->kern->rot[op->dtype][op->layout](xv, ov, t->x_strides[2], t->out_strides[2], t->n_heads, c, sn,
                                                  half, inverse);
@@ -355,9 +302,14 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
         }
         return;
     }
+    /* The general case: each head into the row of its arithmetic type (normalised,
+     * widened, or -- in place -- dequantised from its slot), rotated there (values:
+     * not), then stored: narrowed to its type, or quantised (an int8 head's scale
+     * to sv). A quantised store's row is float (float64 data are refused). */
     const int wide = ROPE_WIDE_ROWS[op->dtype];
     const rope_rot_fn rot = kern->rot[wide ? ROPE_F64 : ROPE_F32][op->layout];
     const rope_convert_fn narrow = wide ? kern->narrow_double[out_dtype] : kern->narrow_float[out_dtype];
+    const rope_quantise_fn quantise = kern->quantise[q->kind];
     double inv = 1.0;
     if (st->norm == ROPE_NORM_TOKEN) {
         double acc[8] = {0};
@@ -373,7 +325,7 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
      * arithmetic of each head is unchanged. */
     double inv_head[HEAD_GROUP];
     for (int64_t h = 0; h < t->n_heads; h++) {
-        const char *xh = xv + h * t->x_strides[2] * elem;
+        const char *xh = q->in_place ? NULL : xv + h * t->x_strides[2] * elem;   /* in place: x is not read */
         if (st->norm == ROPE_NORM_HEAD) {
             const int64_t g = h % HEAD_GROUP;
             if (g == 0) {
@@ -387,7 +339,12 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
             }
             inv = inv_head[g];
         }
-        if (st->norm != ROPE_NORM_NONE) {
+        char *oh = ov + h * t->out_strides[2] * oelem;
+        float *sh = q->kind == ROPE_QUANT_INT8 ? sv + h * q->scale_strides[2] : NULL;
+        float scale = q->kind == ROPE_QUANT_FP8_E4M3 ? q->scale : sh && q->in_place ? *sh : 0.0f;
+        if (q->in_place) {
+            kern->dequantise[q->kind](oh, head_dim, scale, (float *)row);
+        } else if (st->norm != ROPE_NORM_NONE) {
             const double *w = st->norm_weight;
             if (w && st->norm == ROPE_NORM_TOKEN)
                 w += h * head_dim;
@@ -397,7 +354,13 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
         }
         if (!st->copy)
             rot(row, row, 0, 0, 1, c, sn, half, inverse);
-        narrow(row, head_dim, ov + h * t->out_strides[2] * oelem);
+        if (!quantised) {
+            narrow(row, head_dim, oh);
+            continue;
+        }
+        quantise((const float *)row, head_dim, oh, &scale);
+        if (sh)
+            *sh = scale;
     }
 }
 

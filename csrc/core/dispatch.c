@@ -171,7 +171,7 @@ const char *rope_strerror(int status)
     case ROPE_E_ALIGN: return "a pointer is not aligned to its element type";
     case ROPE_E_SOURCE: return "the position source or its pair-to-component map is invalid";
     case ROPE_E_SLOT: return "a cache slot lies outside the cache";
-    case ROPE_E_STAGE: return "a stage is invalid (kind, norm, eps or type conversion)";
+    case ROPE_E_STAGE: return "a stage or quant is invalid (kind, norm, eps, type conversion, in_place without slots or with a norm or copy)";
     default: return "unknown status";
     }
 }

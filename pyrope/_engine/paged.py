@@ -193,8 +193,8 @@ def _layout(rope, k, v, k_cache, v_cache, norm, layout, k_scale=None, v_scale=No
         v_blocks, v_block_size, w.v_strides, v_kind, w.v_cache = _check_cache("v_cache", v_cache, k.dtype, kv_heads,
                                                                               head_dim, layout)
         if (v_blocks, v_block_size) != (blocks, w.block_size):
-            raise ValueError(f"v_cache must have k_cache's blocks and block size ({blocks}, {w.block_size}), got "
-                             f"shape {v_cache.shape}")
+            raise ValueError(f"v_cache must have k_cache's shape in blocks and block size ({blocks}, "
+                             f"{w.block_size}), got shape {v_cache.shape}")
         w.v_quant, w.v_scales = _quant_of("v_scale", v_kind, w.v_cache, v_scale, layout)
         w.v_cache_dtype = w.v_cache.dtype
     w.quantised = bool(w.k_quant["kind"] or w.v_quant["kind"])
@@ -287,21 +287,41 @@ _WRITES = {}   # key -> (Layout, Call) or None (the general path plans these)
 _MAX_WRITES = 256
 
 
-def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where):
+def _scale_key(scale):
+    """What a plan depends on of a k_scale/v_scale: nothing (None), an int8
+    scales array's form, or a float8 cache's static value (in the Call)."""
+    if scale is None:
+        return None
+    if type(scale) is _ndarray:
+        return (scale.shape, scale.strides, scale.dtype)
+    return ("static", scale)
+
+
+def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout, where, k_scale=None,
+           v_scale=None):
     """The write through the memo, or False (nothing written): the general path
     decides. For C-contiguous ndarrays k and v (None with v_cache None),
-    ndarray caches and slot_mapping, an int offset and positions None or an
-    ndarray (the caller checks the types)."""
+    ndarray caches and slot_mapping, an int offset, positions None or an
+    ndarray, and scales None, ndarrays or Python numbers (the caller checks
+    the types)."""
     norm_key = None if norm is None else (norm.over, norm.eps, norm.weight is None)
     key = (k.shape, k.dtype, k_cache.shape, k_cache.strides, k_cache.dtype,
            None if v_cache is None else (v.shape, v.dtype, v_cache.shape, v_cache.strides, v_cache.dtype),
-           slot_mapping.shape, slot_mapping.dtype, layout, norm_key, rope._plan_tag)
+           slot_mapping.shape, slot_mapping.dtype, layout, norm_key, rope._plan_tag,
+           _scale_key(k_scale), _scale_key(v_scale))
     planned = _WRITES.get(key, _UNPLANNED)
     if planned is _UNPLANNED:
-        planned = _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout)
+        planned = _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout, k_scale, v_scale)
     if planned is None:
         return False
     w, call = planned
+    if w.quantised:   # the scales: planned alike; they must keep out of every other array
+        for scales in (k_scale, v_scale):
+            if type(scales) is _ndarray and (may_share(scales, k) or may_share(scales, k_cache) or (
+                    v_cache is not None and (may_share(scales, v) or may_share(scales, v_cache)))):
+                return False
+        if type(k_scale) is _ndarray and type(v_scale) is _ndarray and may_share(k_scale, v_scale):
+            return False
     # this call's norm: planned alike (kind, eps, a weight or none), its own weights
     stage = None if norm is None else norm.stage("norm", k.dtype, k.shape[-1], w.kv_heads)
     # overlaps by byte bounds: any that might share a byte go to the general path
@@ -319,17 +339,22 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
     else:
         slots = _slots(slot_mapping, w.token_shape, w.n_slots)
     # k and v themselves: C-contiguous, their buffers are the planned [B, seq, heads, dim] views
+    data = _stage_data(stage, slots, v is not None)
+    if w.quantised:
+        data = ((*data[0], k_scale if type(k_scale) is _ndarray else None),) + (
+            ((*data[1], v_scale if type(v_scale) is _ndarray else None),) if v is not None else ())
     return call.launch((k,) if v is None else (k, v), (k_cache,) if v is None else (k_cache, v_cache), rows.angles,
-                       positions, offset, where, None, None, True, _stage_data(stage, slots, v is not None))
+                       positions, offset, where, None, None, True, data)
 
 
-def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout):
+def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout, k_scale, v_scale):
     """Plan and memoise a direct write (None: the general path takes these);
     refusals raise, as the general path would raise them."""
     planned = None
     if k.size and k_cache.size and k.ndim in (3, 4) and slot_mapping.dtype.kind in "iu":
-        w = _layout(rope, k, v, k_cache, v_cache, norm, layout)
-        if slot_mapping.shape == w.token_shape and not w.quantised and w.k_cache is k_cache:
+        w = _layout(rope, k, v, k_cache, v_cache, norm, layout, k_scale, v_scale)
+        # caches as given (a uint8 q8_0 cache, viewed as blocks per call, takes the general path)
+        if slot_mapping.shape == w.token_shape and w.k_cache is k_cache and (v_cache is None or w.v_cache is v_cache):
             w.small = slot_mapping.size <= _SMALL
             planned = (w, w.call(rope, _plan.as_4d(k), None if v is None else _plan.as_4d(v), k_cache, v_cache))
     if len(_WRITES) >= _MAX_WRITES:

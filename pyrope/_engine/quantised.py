@@ -21,18 +21,16 @@ import sys
 
 import numpy as np
 
-from .binding import lib
+from .binding import Q8_0_BYTES, Q8_0_VALUES, QUANT_KINDS
 from . import plan as _plan
 from ..errors import TypeError, ValueError
 
-Q8_0_VALUES, Q8_0_BYTES = lib.ROPE_Q8_0_VALUES, lib.ROPE_Q8_0_BYTES
 #: ggml's ``block_q8_0``: a float16 scale ``d`` and 32 int8 values, 34 bytes, unaligned.
 Q8_0 = np.dtype([("d", np.float16), ("qs", np.int8, (Q8_0_VALUES,))])
 assert Q8_0.itemsize == Q8_0_BYTES
 
-NONE, INT8, FP8, Q8 = lib.ROPE_QUANT_NONE, lib.ROPE_QUANT_INT8, lib.ROPE_QUANT_FP8_E4M3, lib.ROPE_QUANT_Q8_0
-NAMES = {INT8: "int8", FP8: "float8_e4m3fn", Q8: "q8_0"}
-FP8_MAX = lib.ROPE_FP8_E4M3_MAX
+NONE, INT8, FP8, Q8 = (QUANT_KINDS[k] for k in (None, "int8", "float8_e4m3fn", "q8_0"))
+NAMES = {code: name for name, code in QUANT_KINDS.items() if name}
 _INT8 = np.dtype(np.int8)
 _UINT8 = np.dtype(np.uint8)
 

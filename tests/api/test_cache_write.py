@@ -173,7 +173,7 @@ def refused(error, words, *args, **kw):
     (dict(layout="NDH"), ValueError, "layout must be 'NHD'"),
     (dict(k_cache=lambda c: np.zeros((2, 4, 3, 16), np.float32)), ValueError, "k_cache must be.*kv_heads=2"),
     (dict(k_cache=lambda c: np.zeros((8, 2, 16), np.float32)), ValueError, "k_cache must be a 4-D cache"),
-    (dict(k_cache=lambda c: np.zeros((2, 4, 2, 16), np.int8)), TypeError, "k_cache must have dtype"),
+    (dict(k_cache=lambda c: np.zeros((2, 4, 2, 16), np.int16)), TypeError, "k_cache must have dtype"),
     (dict(k_cache=lambda c: np.zeros((2, 4, 2, 32), np.float32)[..., ::2]), ValueError, "k_cache.*contiguous"),
     (dict(v_cache=lambda c: np.zeros((3, 4, 2, 16), np.float32)), ValueError, "v_cache must have k_cache's shape"),
     (dict(v_cache=None), ValueError, "v and v_cache go together"),

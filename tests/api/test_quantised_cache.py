@@ -52,16 +52,6 @@ def per_slot(a, layout):
     return np.ascontiguousarray(a).reshape((-1,) + a.shape[2:])
 
 
-def expected(kind, x, scale):
-    """(bits [..., bytes] of the quantised heads x [..., dim], scales or None)."""
-    if kind == "int8":
-        q, s = qf.int8(x)
-        return q.view(np.uint8), s
-    if kind == "fp8":
-        return qf.fp8(x, scale), None
-    return qf.q8_0(x), None
-
-
 def stored(kind, cache, scale, slots, layout):
     """(bits of the heads at slots, their int8 scales or None)."""
     heads = per_slot(cache, layout)[slots]
@@ -83,13 +73,13 @@ def slots_for(n, blocks, bs, seed=0):
 
 def check_write(rope, kind, k, v, kc, vc, ks, vs, slots, layout, positions, norm=None):
     live = slots != -1
-    want, want_s = expected(kind, rotated32(rope, k, positions, norm)[live], ks)
+    want, want_s = qf.quantised(kind, rotated32(rope, k, positions, norm)[live], ks)
     got, got_s = stored(kind, kc, ks, slots[live], layout)
     assert np.array_equal(got, want)
     if kind == "int8":
         assert np.array_equal(got_s.view(np.uint32), want_s.view(np.uint32))
     if v is not None:
-        want, want_s = expected(kind, v.astype(np.float32)[live], vs)
+        want, want_s = qf.quantised(kind, v.astype(np.float32)[live], vs)
         got, got_s = stored(kind, vc, vs, slots[live], layout)
         assert np.array_equal(got, want)
         if kind == "int8":
@@ -417,3 +407,76 @@ def test_torch_caches():
     rope.cache_write(k, None, kb, None, slots)
     want = qf.q8_0(rotated32(rope, k.numpy(), np.arange(6))[live])
     assert np.array_equal(kb.numpy().reshape(8, 2, 68)[s[live]], want)
+
+
+# ---- the memoised decode write: the general path's bits and refusals -------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_decode_writes_take_the_general_paths_bits(kind):
+    """A decode step through the memo (C-contiguous k, v) and the same step through the general
+    path (k, v as strided views) store the same bytes; a changed static scale is not reused."""
+    rope = Rope(head_dim=64, base=10000.0, layout="split_half")
+    k, v = rand((16, 2, 64), seed=31), rand((16, 2, 64), seed=32)
+    slots = np.arange(16, dtype=np.int64) * 3
+    pos = np.arange(16, dtype=np.int64) * 5 + 1
+    results = []
+    for contiguous in (True, False, True):
+        kk = k if contiguous else np.concatenate([k, k], axis=-1)[..., :64]
+        vv = v if contiguous else np.concatenate([v, v], axis=-1)[..., :64]
+        kc, vc = make_cache(kind, 8, 8, 2, 64, "NHD"), make_cache(kind, 8, 8, 2, 64, "NHD")
+        ks, vs = make_scale(kind, 8, 8, 2, "NHD", 0.02), make_scale(kind, 8, 8, 2, "NHD", 0.04)
+        for _ in range(2):   # the second call hits the memo
+            rope.cache_write(kk, vv, kc, vc, slots, positions=pos, k_scale=ks, v_scale=vs)
+        results.append([np.ascontiguousarray(a).view(np.uint8).copy() for a in (kc, vc)] +
+                       ([ks.copy(), vs.copy()] if kind == "int8" else []))
+        check_write(rope, kind, k, v, kc, vc, ks, vs, slots, "NHD", pos)
+    for a, b in zip(results[0], results[1]):
+        assert np.array_equal(a, b)
+    if kind == "fp8":   # another static scale after the memo planned one
+        kc, vc = make_cache(kind, 8, 8, 2, 64, "NHD"), make_cache(kind, 8, 8, 2, 64, "NHD")
+        rope.cache_write(k, v, kc, vc, slots, positions=pos, k_scale=0.5, v_scale=0.25)
+        check_write(rope, kind, k, v, kc, vc, 0.5, 0.25, slots, "NHD", pos)
+
+
+def test_decode_write_refusals_after_the_memo_planned():
+    rope, k, v, kc, vc, ks, vs, slots = refusal_setup("int8")
+    rope.cache_write(k, v, kc, vc, slots, k_scale=ks, v_scale=vs)
+    rope.cache_write(k, v, kc, vc, slots, k_scale=ks, v_scale=vs)
+    ro = ks.copy()
+    ro.flags.writeable = False
+    assert_refused(pyrope.errors.ValueError, "k_scale is read-only", lambda: rope.cache_write(
+        k, v, kc, vc, slots, k_scale=ro, v_scale=vs), kc, vc, vs)
+    both = np.zeros((2, 2, 4, 2), np.float32)   # k_scale and v_scale in one buffer, overlapping
+    assert_refused(pyrope.errors.ValueError, "overlap", lambda: rope.cache_write(
+        k, v, kc, vc, slots, k_scale=both[0], v_scale=both[0]), kc, vc)
+    assert_refused(pyrope.errors.ValueError, "slot_mapping holds slot 2 twice", lambda: rope.cache_write(
+        k, v, kc, vc, np.array([0, 2, 2, 3]), k_scale=ks, v_scale=vs), kc, vc, ks, vs)
+
+
+# ---- every instruction set, through the public calls ---------------------------------------
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_instruction_set_stores_the_same_bytes(kind):
+    """cache_write and shift_keys under each ISA this CPU runs give the formulas' bytes (the
+    kernels are compared one by one in tests/c/kernels_identical.c; this is the whole call),
+    on heads with ties, zeros, a NaN and huge values mixed in."""
+    rope = Rope(head_dim=96, base=10000.0, layout="interleaved")
+    k, v = rand((21, 3, 96), seed=41), rand((21, 3, 96), seed=42, scale=300.0)
+    k[2, 1] = 0
+    k[5, 0, 7] = np.nan
+    v[3, 2, :6] = [127.0, 2.5, -2.5, 0.5, 1e30, -1e-30]
+    slots = np.random.default_rng(3).permutation(48)[:21].astype(np.int64)
+    pos = np.arange(21, dtype=np.int64) * 13
+    stored = {}
+    for isa in pyrope.supported_isas():
+        with pyrope.forced_isa(isa):
+            kc, vc = make_cache(kind, 6, 8, 3, 96, "NHD"), make_cache(kind, 6, 8, 3, 96, "NHD")
+            ks, vs = make_scale(kind, 6, 8, 3, "NHD", 0.05), make_scale(kind, 6, 8, 3, "NHD", 2.0)
+            rope.cache_write(k, v, kc, vc, slots, positions=pos, k_scale=ks, v_scale=vs)
+            rope.shift_keys(kc, slots, pos, pos - 7, k_scale=ks)
+            stored[isa] = [np.ascontiguousarray(a).view(np.uint8).copy() for a in (kc, vc)] + (
+                [ks.view(np.uint8).copy(), vs.view(np.uint8).copy()] if kind == "int8" else [])
+    for isa, arrays in stored.items():
+        assert all(np.array_equal(a, b) for a, b in zip(arrays, stored["scalar"])), isa
+    want_v, _ = qf.quantised(kind, v.astype(np.float32), 2.0)   # and the values are the formulas'
+    assert np.array_equal(stored["scalar"][1].reshape(48, 3, -1)[slots], want_v)

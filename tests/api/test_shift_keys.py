@@ -55,15 +55,6 @@ def dequantised(kind, cache, scale, slots, layout):
     return qf.q8_0_values(heads.view(np.uint8).reshape(heads.shape[:2] + (-1,)))
 
 
-def quantised_bits(kind, x, scale):
-    if kind == "int8":
-        q, s = qf.int8(x)
-        return q.view(np.uint8), s
-    if kind == "fp8":
-        return qf.fp8(x, scale), None
-    return qf.q8_0(x), None
-
-
 def stored_bits(cache, slots, layout):
     heads = per_slot(cache, layout)[slots]
     return np.ascontiguousarray(heads).view(np.uint8).reshape(heads.shape[:2] + (-1,))
@@ -92,7 +83,7 @@ def test_quantised_cache_dequantise_rotate_requantise(kind, layout):
     new = pos * 3 - 17
     deq = dequantised(kind, cache, scale, slots, layout)
     rot = pyrope.cache.rerotate(rope, deq[None].copy(), pos[None], new[None])[0]   # float32, factor 1
-    want, want_s = quantised_bits(kind, rot, scale)
+    want, want_s = qf.quantised(kind, rot, scale)
     others = np.setdiff1d(np.arange(per_slot(cache, layout).shape[0]), slots)
     before = stored_bits(cache, others, layout).copy()
     rope.shift_keys(cache, slots, pos, new, layout=layout, k_scale=scale)
@@ -111,7 +102,7 @@ def test_padding_broadcast_positions_and_batches():
     deq = dequantised("int8", cache, scale, s2[s2 != -1], "NHD")
     rot = pyrope.cache.rerotate(rope, deq[None].copy(), gathered_from[s2 != -1][None],
                                 gathered_from[s2 != -1][None] - 5)[0]
-    want, _ = quantised_bits("int8", rot, scale)
+    want, _ = qf.quantised("int8", rot, scale)
     skipped = slots[:20].reshape(2, 10)[1, 4]
     skipped_before = stored_bits(cache, np.array([skipped]), "NHD").copy()
     rope.shift_keys(cache, s2, gathered_from, gathered_from - 5, k_scale=scale)

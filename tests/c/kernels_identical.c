@@ -17,6 +17,14 @@
  * infinities, zeros of both signs, subnormals, huge values and rounding
  * ties of the narrower types, sums of squares continued over several calls
  * from any starting lanes, weights or none, and inv from 0 to infinity.
+ * The quantisers (quantise and dequantise of rope_rotate_quantised: int8,
+ * float8 e4m3, q8_0) must match the scalar ones in every bit, NaNs
+ * included: every even length up to 80 and longer ones (q8_0: 1 to 128
+ * blocks), input and output at any offset, heads of any values, of rounding
+ * ties (k + 0.5, 0.49999997, float8's at bit 20 and below 2^-6, the clamp
+ * at 448), tiny ones (scale 0, id infinite), NaNs and infinities; float8
+ * scales of every kind; dequantise of random bytes, every float8 code and
+ * every float16 d of q8_0.
  *
  *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
  *      tests/c/kernels_identical.c $(find csrc -name '*.c') -lm -o build/kernels_identical
@@ -94,7 +102,7 @@ typedef struct {
     rope_pass_fn pass;
     const rope_kernels *kernels; /* a registry entry's table (its stage kernels), else NULL */
     int ref;
-    long cases, pass_cases, stage_cases, fails, nan_only, stage_nan_only;
+    long cases, pass_cases, stage_cases, quant_cases, fails, nan_only, stage_nan_only;
 } contender;
 
 enum { MAX_CONTENDERS = 32 };
@@ -650,6 +658,295 @@ static void check_stages(void)
     }
 }
 
+/* ---- the quantisers ------------------------------------------------------------ */
+
+static const char *const QUANT_NAMES[ROPE_N_QUANTS] = {
+    [ROPE_QUANT_INT8] = "int8", [ROPE_QUANT_FP8_E4M3] = "fp8_e4m3", [ROPE_QUANT_Q8_0] = "q8_0"};
+
+/* Bytes that n values of quant kind take. */
+static int64_t quant_bytes(int kind, int64_t n)
+{
+    return kind == ROPE_QUANT_Q8_0 ? n / ROPE_Q8_0_VALUES * ROPE_Q8_0_BYTES : n;
+}
+
+static float random_nan(void) { return rope_bits_f32((uint32_t)(next() & 0x807FFFFFu) | 0x7F800001u); }
+static float random_sign(float v) { return next() & 1 ? -v : v; }
+static float up(float v) { return nextafterf(v, INFINITY); }
+static float down(float v) { return nextafterf(v, -INFINITY); }
+
+/* A value of a head whose scale is unit (int8, q8_0: 127 * unit is the
+ * amax, set by quant_head) or for float8 of static scale unit, both powers
+ * of two: the quotient or product is exact, so these reach the roundings'
+ * ties: k + 0.5, 0.49999997 (which floor(|v| + 0.5) rounds up), either
+ * side of them; float8 e4m3 ties at mantissa bit 20 and subnormal ties
+ * (m + 0.5) * 2^-9, the boundary 2^-6 either side, values at and past the
+ * clamp 448 (464, the tie that would round to 480, a NaN code). */
+static float tie_value(int kind, float unit)
+{
+    if (kind != ROPE_QUANT_FP8_E4M3) {
+        const float k = (float)(next() % 127), h = k + 0.5f; /* |v| <= 126.5 < 127 */
+        static const float small[] = {0.49999997f, 0.50000006f, 0.5f, 0.0f, 1.5f, 2.5f};
+        float v;
+        switch (next() % 5) {
+        case 0: v = h; break;
+        case 1: v = down(h); break;
+        case 2: v = up(h); break;
+        case 3: v = k; break;
+        default: v = small[next() % (sizeof small / sizeof small[0])]; break;
+        }
+        return random_sign(v * unit);
+    }
+    float v;
+    switch (next() % 6) {
+    case 0: { /* a normal e4m3 value's tie or a neighbour of it */
+        const uint32_t e = 121u + (uint32_t)(next() % 15), m = (uint32_t)(next() % 8);
+        const uint32_t low = (const uint32_t[]){0x80000u, 0x7FFFFu, 0x80001u, 0u, 0xFFFFFu}[next() % 5];
+        v = rope_bits_f32((e << 23) | (m << 20) | low);
+        break;
+    }
+    case 1: { /* a subnormal's tie (m + 0.5) * 2^-9 or a neighbour */
+        const float t = ((float)(next() % 8) + 0.5f) * 0x1p-9f;
+        v = (const float[]){t, up(t), down(t)}[next() % 3];
+        break;
+    }
+    case 2: { /* about 2^-6 */
+        static const uint32_t b[] = {0x3C800000u, 0x3C800001u, 0x3C7FFFFFu, 0x3C7FFFFEu, 0x3C780000u, 0x3C880000u};
+        v = rope_bits_f32(b[next() % (sizeof b / sizeof b[0])]);
+        break;
+    }
+    case 3: { /* about 448 and past it */
+        static const float b[] = {448.0f, 447.99997f, 448.00003f, 464.0f, 463.99997f, 464.00003f, 480.0f,
+                                  416.0f, 432.0f, 440.0f, 1e9f, 3.4e38f, INFINITY};
+        v = b[next() % (sizeof b / sizeof b[0])];
+        break;
+    }
+    case 4: v = (float)(next() % 512) * 0x1p-12f; break; /* the smallest codes */
+    default: v = (float)((uniform() * 2 - 1) * 500); break;
+    }
+    return random_sign(v) * unit;
+}
+
+/* n float32 values of one head, of the given profile (Q_PROFILES of them):
+ * any value (value(): now and then an infinity, a subnormal, near
+ * overflow); finite only; ties (tie_value) with the amax 127 * unit in
+ * every block of 32; tiny (subnormal or about 2^-126..2^-149: the scale 0,
+ * subnormal, or id = 1 / d infinite); finite with a few NaNs (random sign
+ * and payload, quiet or signalling); finite with infinities; zeros of both
+ * signs; any bits; huge (up to FLT_MAX). */
+enum { Q_PROFILES = 9, Q_TIES = 2 };
+static void quant_head(int kind, int profile, float unit, float *h, int64_t n)
+{
+    for (int64_t k = 0; k < n; k++) {
+        float v;
+        switch (profile) {
+        case 0: v = (float)value(); break;
+        case 1: v = (float)((uniform() * 2 - 1) * unit * 200); break;
+        case Q_TIES: v = tie_value(kind, unit); break;
+        case 3: v = next() % 2 ? rope_bits_f32((uint32_t)next() & 0x807FFFFFu)
+                               : random_sign(ldexpf((float)uniform(), -100 - (int)(next() % 50))); break;
+        case 6: v = next() % 4 ? random_sign(0.0f) : rope_bits_f32((uint32_t)next() & 0x800000FFu); break;
+        case 7: v = rope_bits_f32((uint32_t)next()); break;
+        case 8: v = random_sign(ldexpf((float)uniform(), 100 + (int)(next() % 29))); break;
+        default: v = (float)((uniform() * 2 - 1) * unit * 200); break;
+        }
+        h[k] = v;
+    }
+    if (profile == Q_TIES && kind != ROPE_QUANT_FP8_E4M3)
+        for (int64_t b = 0; b < n; b += ROPE_Q8_0_VALUES)
+            h[b + (int64_t)(next() % (uint64_t)(n - b < ROPE_Q8_0_VALUES ? n - b : ROPE_Q8_0_VALUES))] =
+                random_sign(127.0f * unit);
+    const int specials = profile == 4 || profile == 5 ? 1 + (int)(next() % 3) : 0;
+    for (int s = 0; s < specials; s++)
+        h[next() % (uint64_t)n] = profile == 4 ? random_nan() : random_sign(INFINITY);
+}
+
+/* float8's static scale: ordinary ones, powers of two (exact quotients),
+ * extremes; and those rope_rotate_quantised refuses (0, negative, infinite,
+ * NaN), which the kernels define all the same. */
+static float fp8_scale(void)
+{
+    static const float b[] = {1.0f, 0.5f, 2.0f, 1e-3f, 1e3f, 0x1p-149f, 1e-40f, 3.4e38f, 0x1p-126f,
+                              0.0f, -0.0f, -1.5f, INFINITY, -INFINITY};
+    const uint64_t r = next() % 8;
+    if (r < 4)
+        return (float)(uniform() * 10 + 0.01);
+    if (r == 4)
+        return random_nan();
+    return b[next() % (sizeof b / sizeof b[0])];
+}
+
+/* A scale of a dequantise (int8, float8): ordinary, extreme or not finite,
+ * NaNs of every kind. */
+static float dequant_scale(void)
+{
+    static const float b[] = {1.0f, 0.0f, -0.0f, 0x1p-149f, 3.4e38f, INFINITY, -INFINITY, 1e-20f};
+    const uint64_t r = next() % 8;
+    if (r < 4)
+        return (float)(uniform() * 0.1);
+    if (r == 4)
+        return random_nan();
+    if (r == 5)
+        return rope_bits_f32(0x7FC00000u);
+    return b[next() % (sizeof b / sizeof b[0])];
+}
+
+/* Contender i's quantise f of kind against the scalar g: n values of the
+ * profile at x_off bytes past a 64-byte boundary, the output at y_off
+ * (any byte); out (every byte, those it must not touch start random), the
+ * scale (int8: written; the others: unchanged) and the input compared. */
+static void quant_case(int i, int kind, rope_quantise_fn f, rope_quantise_fn g, int64_t n, int profile,
+                       int64_t x_off, int64_t y_off)
+{
+    static float head[ROPE_MAX_STAGE_DIM];
+    static unsigned char init[2 * ROPE_MAX_STAGE_DIM], out[2][2 * ROPE_MAX_STAGE_DIM];
+    const int64_t nb = quant_bytes(kind, n);
+    const float unit = ldexpf(1.0f, (int)(next() % 40) - 20);
+    quant_head(kind, profile, unit, head, n);
+    for (int64_t k = 0; k < nb; k++)
+        init[k] = (unsigned char)next();
+    const float scale0 = kind != ROPE_QUANT_FP8_E4M3 ? rope_bits_f32((uint32_t)next())
+                         : profile == Q_TIES         ? unit
+                                                     : fp8_scale();
+    uint32_t scale_bits[2];
+    for (int r = 0; r < 16; r++)
+        guard[next() % GUARD] = (unsigned char)next();
+    for (int run = 0; run < 2; run++) {
+        lay(0, x_off, (const unsigned char *)head, n * 4);
+        lay(1, y_off, init, nb);
+        float *x = (float *)(void *)(work[0] + GUARD + x_off), scale = scale0;
+        unsigned char *y = work[1] + GUARD + y_off;
+        (run ? f : g)(x, n, y, &scale);
+        if ((!guards_ok(0, x_off, n * 4) || !guards_ok(1, y_off, nb) || memcmp(x, head, (size_t)(n * 4)) != 0) &&
+            n_guard_fail++ < 20)
+            printf("GUARD BYTES OR INPUT WRITTEN by the %s quantise: %s n=%lld x_off=%lld y_off=%lld\n",
+                   run ? C[i].name : "scalar", QUANT_NAMES[kind], (long long)n, (long long)x_off, (long long)y_off);
+        memcpy(out[run], y, (size_t)nb);
+        scale_bits[run] = rope_f32_bits(scale);
+    }
+    C[i].quant_cases++;
+    const int same_scale = scale_bits[0] == scale_bits[1] &&
+                           (kind == ROPE_QUANT_INT8 || scale_bits[1] == rope_f32_bits(scale0));
+    if ((memcmp(out[0], out[1], (size_t)nb) != 0 || !same_scale) && C[i].fails++ < 20) {
+        int64_t k = 0;
+        while (k < nb && out[0][k] == out[1][k])
+            k++;
+        printf("MISMATCH %s: quantise %s n=%lld profile %d x_off=%lld y_off=%lld: ", C[i].name, QUANT_NAMES[kind],
+               (long long)n, profile, (long long)x_off, (long long)y_off);
+        if (k < nb)
+            printf("byte %lld is 0x%02X, scalar 0x%02X\n", (long long)k, out[1][k], out[0][k]);
+        else
+            printf("scale 0x%08X, scalar 0x%08X\n", (unsigned)scale_bits[1], (unsigned)scale_bits[0]);
+    }
+}
+
+/* Contender i's dequantise f of kind against the scalar g: the bytes of n
+ * values (mode 0: random; 1: float8 codes in a run, start random, so that
+ * a head of 256 or more holds every code; q8_0's d special values, and
+ * d_next++ for mode 2, which walks all 65536 float16 values), the input at
+ * x_off (any byte), the float32 output at y_off, compared bit for bit. */
+static void dequant_case(int i, int kind, rope_dequantise_fn f, rope_dequantise_fn g, int64_t n, int mode,
+                         int64_t x_off, int64_t y_off)
+{
+    static unsigned char in[2 * ROPE_MAX_STAGE_DIM];
+    static float init[ROPE_MAX_STAGE_DIM], out[2][ROPE_MAX_STAGE_DIM];
+    static uint16_t d_next;
+    const int64_t nb = quant_bytes(kind, n);
+    const unsigned start = (unsigned)next();
+    for (int64_t k = 0; k < nb; k++)
+        in[k] = (unsigned char)(mode == 1 && kind == ROPE_QUANT_FP8_E4M3 ? start + (unsigned)k : next());
+    if (kind == ROPE_QUANT_Q8_0)
+        for (int64_t b = 0; b < nb; b += ROPE_Q8_0_BYTES) {
+            static const uint16_t special[] = {0x7C00u, 0xFC00u, 0x7C01u, 0x7DFFu, 0x7E00u, 0xFE01u, 0x7FFFu,
+                                               0x0001u, 0x03FFu, 0x0400u, 0x0000u, 0x8000u, 0x7BFFu, 0x3C00u};
+            uint16_t d = (uint16_t)next();
+            if (mode == 1)
+                d = special[next() % (sizeof special / sizeof special[0])];
+            else if (mode == 2)
+                d = d_next++;
+            memcpy(in + b, &d, 2);
+        }
+    for (int64_t k = 0; k < n; k++)
+        init[k] = rope_bits_f32((uint32_t)next());
+    const float scale = dequant_scale();
+    for (int r = 0; r < 16; r++)
+        guard[next() % GUARD] = (unsigned char)next();
+    for (int run = 0; run < 2; run++) {
+        lay(0, x_off, in, nb);
+        lay(1, y_off, (const unsigned char *)init, n * 4);
+        unsigned char *x = work[0] + GUARD + x_off;
+        float *y = (float *)(void *)(work[1] + GUARD + y_off);
+        (run ? f : g)(x, n, scale, y);
+        if ((!guards_ok(0, x_off, nb) || !guards_ok(1, y_off, n * 4) || memcmp(x, in, (size_t)nb) != 0) &&
+            n_guard_fail++ < 20)
+            printf("GUARD BYTES OR INPUT WRITTEN by the %s dequantise: %s n=%lld x_off=%lld y_off=%lld\n",
+                   run ? C[i].name : "scalar", QUANT_NAMES[kind], (long long)n, (long long)x_off, (long long)y_off);
+        memcpy(out[run], y, (size_t)(n * 4));
+    }
+    C[i].quant_cases++;
+    if (memcmp(out[0], out[1], (size_t)(n * 4)) != 0 && C[i].fails++ < 20) {
+        int64_t k = 0;
+        while (rope_f32_bits(out[0][k]) == rope_f32_bits(out[1][k]))
+            k++;
+        printf("MISMATCH %s: dequantise %s n=%lld mode %d scale 0x%08X: value %lld is 0x%08X, scalar 0x%08X\n",
+               C[i].name, QUANT_NAMES[kind], (long long)n, mode, (unsigned)rope_f32_bits(scale), (long long)k,
+               (unsigned)rope_f32_bits(out[1][k]), (unsigned)rope_f32_bits(out[0][k]));
+    }
+}
+
+/* Every contender's own quantisers (those that are not the scalar ones, each
+ * function once) against the scalar ones, bit for bit, NaNs included (the
+ * scalar kernels fix every NaN they store): int8 and float8 at every even n
+ * up to 80 and longer ones up to ROPE_MAX_STAGE_DIM (the tails of every
+ * vector width), q8_0 at 1..8 blocks and more; every input profile at
+ * several offsets; dequantise of random bytes, every float8 code and every
+ * float16 d of q8_0. */
+static void check_quants(void)
+{
+    const rope_kernels *s = rope_isa_kernels(0);
+    int64_t lengths[80];
+    for (int i = 0; i < n_contenders; i++) {
+        if (!C[i].kernels)
+            continue;
+        for (int kind = 1; kind < ROPE_N_QUANTS; kind++) {
+            const rope_quantise_fn fq = C[i].kernels->quantise[kind], gq = s->quantise[kind];
+            const rope_dequantise_fn fd = C[i].kernels->dequantise[kind], gd = s->dequantise[kind];
+            int seen_q = fq == gq, seen_d = fd == gd;
+            for (int j = 0; j < i; j++) {
+                seen_q |= C[j].kernels && C[j].kernels->quantise[kind] == fq;
+                seen_d |= C[j].kernels && C[j].kernels->dequantise[kind] == fd;
+            }
+            int n_lengths = 0;
+            if (kind == ROPE_QUANT_Q8_0) {
+                const int64_t blocks[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 33, 64, 128};
+                for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++)
+                    lengths[n_lengths++] = blocks[k] * ROPE_Q8_0_VALUES;
+            } else {
+                for (int64_t n = 2; n <= 80; n += 2)
+                    lengths[n_lengths++] = n;
+                const int64_t more[] = {94, 96, 98, 126, 128, 130, 190, 192, 254, 256, 258, 510, 512, 1000, 1024,
+                                        2046, 4094, 4096};
+                for (size_t k = 0; k < sizeof more / sizeof more[0]; k++)
+                    lengths[n_lengths++] = more[k];
+            }
+            for (int li = 0; li < n_lengths; li++) {
+                const int64_t n = lengths[li];
+                const int reps = n <= 256 ? 3 : 1;
+                for (int t = 0; t < reps * Q_PROFILES; t++) {
+                    const int64_t xo = (int64_t)(next() % 16) * 4, yo = (int64_t)(next() % MAX_OFF);
+                    if (!seen_q)
+                        quant_case(i, kind, fq, gq, n, t % Q_PROFILES, xo, yo);
+                    if (!seen_d)
+                        dequant_case(i, kind, fd, gd, n, t % 2, yo, xo);
+                }
+            }
+            if (!seen_d && kind == ROPE_QUANT_Q8_0) /* every float16 d: 65536 blocks */
+                for (int t = 0; t < 65536 / 128; t++)
+                    dequant_case(i, kind, fd, gd, 128 * ROPE_Q8_0_VALUES, 2, (int64_t)(next() % MAX_OFF),
+                                 (int64_t)(next() % 16) * 4);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     find_contenders();
@@ -722,13 +1019,14 @@ int main(int argc, char **argv)
     }
     check_passes();
     check_stages();
+    check_quants();
     int failed = n_guard_fail != 0;
     for (int i = 0; i < n_contenders; i++) {
         const char *vs = C[i].ref == -1 ? "scalar" : C[i].ref == -2 ? "scalar (exact)" : C[C[i].ref].name;
-        printf("%-16s %7ld rotation, %4ld pass and %6ld stage checks of its own kernels against %s: "
-               "%ld mismatching; %ld differing only in a NaN's bits (%ld of them stage checks)\n",
-               C[i].name, C[i].cases, C[i].pass_cases, C[i].stage_cases, vs, C[i].fails, C[i].nan_only,
-               C[i].stage_nan_only);
+        printf("%-16s %7ld rotation, %4ld pass, %6ld stage and %5ld quantiser checks of its own kernels "
+               "against %s: %ld mismatching; %ld differing only in a NaN's bits (%ld of them stage checks)\n",
+               C[i].name, C[i].cases, C[i].pass_cases, C[i].stage_cases, C[i].quant_cases, vs, C[i].fails,
+               C[i].nan_only, C[i].stage_nan_only);
         failed |= C[i].fails != 0;
     }
     if (n_guard_fail)

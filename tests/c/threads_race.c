@@ -16,7 +16,10 @@
  * and k rotated in place in one call, sectioned positions (from a table and
  * on the fly), a staged call (q normalised and rotated in place, k
  * normalised, rotated and written to shuffled slots of a paged cache, v
- * copied to them: rope_rotate_staged with the stage kernels), and table
+ * copied to them: rope_rotate_staged with the stage kernels), a quantised
+ * call (k rotated into shuffled slots of an int8 cache with a scale per
+ * head, v copied into a q8_0 cache, and the keys of another int8 cache
+ * shifted in place at shuffled slots: rope_rotate_quantised), and table
  * builds -- while a fifth keeps cycling through every
  * supported instruction set and switching the split rule on and off; every
  * result must still equal the reference. Built with -fsanitize=thread, any
@@ -57,21 +60,30 @@ static double inv_freq[HALF];
 static float cos_tab[ROWS * HALF], sin_tab[ROWS * HALF]; /* positions 0..ROWS-1 */
 static int64_t list_pos[SEQ], sect_pos[COMP * SEQ];
 static int64_t slot_of[SEQ];    /* the staged call's cache slots: a permutation of 0..SEQ-1 */
+static int64_t shift_slot[SEQ]; /* the in-place shift's slots: another permutation */
+#define Q8_BLOCKS (DIM / ROPE_Q8_0_VALUES)   /* q8_0 blocks per head */
+#define NQ8 (SEQ * KV_HEADS * Q8_BLOCKS * ROPE_Q8_0_BYTES)
+static int8_t shift0[NK];               /* the int8 cache the shift starts from ... */
+static float shift0_scales[SEQ * KV_HEADS];   /* ... and its scales */
 static double norm_w[DIM];
 static uint8_t pair_component[HALF];
 static atomic_int stop;
 
 /* Every call the driver makes, with its outputs. */
-enum { C_ROTATE, C_QK_TABLE, C_SECT_OTF, C_SECT_TABLE, C_RANGE, C_LIST, C_STAGED, N_CALLS };
+enum { C_ROTATE, C_QK_TABLE, C_SECT_OTF, C_SECT_TABLE, C_RANGE, C_LIST, C_STAGED, C_QUANT, N_CALLS };
 static const char *const CALL_NAME[N_CALLS] = {
     "rotate (one tensor, on the fly)", "q+k in one call (table)", "q+k, sectioned (on the fly)",
     "q+k, sectioned (table)", "cos/sin range table", "cos/sin list table",
-    "staged: q norm in place, k norm into cache slots, v copied"};
+    "staged: q norm in place, k norm into cache slots, v copied",
+    "quantised: k into int8 slots, v copied to q8_0, an int8 cache shifted in place"};
 
 typedef struct {
     float *q, *k, *out;     /* q and k rotate in place; out: the one-tensor call */
     float *cos, *sin;       /* table builds */
     float *kc, *vc;         /* the staged call's caches, [SEQ / 4 blocks][4][KV_HEADS][DIM] */
+    int8_t *k8, *sh8;       /* the quantised call's int8 caches (k; the shifted one) ... */
+    float *k8s, *sh8s;      /* ... their scales, one per head */
+    unsigned char *vq;      /* and its q8_0 cache of v */
 } results;
 
 static int alloc_results(results *r)
@@ -83,12 +95,19 @@ static int alloc_results(results *r)
     r->sin = malloc(sizeof sin_tab);
     r->kc = malloc(sizeof k0);
     r->vc = malloc(sizeof k0);
-    return r->q && r->k && r->out && r->cos && r->sin && r->kc && r->vc;
+    r->k8 = malloc(sizeof shift0);
+    r->sh8 = malloc(sizeof shift0);
+    r->k8s = malloc(sizeof shift0_scales);
+    r->sh8s = malloc(sizeof shift0_scales);
+    r->vq = malloc(NQ8);
+    return r->q && r->k && r->out && r->cos && r->sin && r->kc && r->vc && r->k8 && r->sh8 && r->k8s && r->sh8s &&
+           r->vq;
 }
 
 static void free_results(results *r)
 {
     free(r->q); free(r->k); free(r->out); free(r->cos); free(r->sin); free(r->kc); free(r->vc);
+    free(r->k8); free(r->sh8); free(r->k8s); free(r->sh8s); free(r->vq);
 }
 
 static rope_tensor contiguous(const float *x, float *out, int64_t heads)
@@ -137,6 +156,26 @@ static int run_call(int which, results *r, int n_threads)
             {.copy = 1, .slots = slot_of, .slot_strides = {0, 1}, .n_slots = SEQ, .block_size = 4}};
         return rope_rotate_staged(&op, t, st, 3, &list_table);
     }
+    case C_QUANT: {
+        /* k and v into [SEQ / 4 blocks][4][KV_HEADS] caches (int8 bytes; q8_0
+         * blocks, Q8_BLOCKS a head), and an int8 cache [blocks][KV_HEADS][4]
+         * (HND) whose keys move by the tokens' positions, in place */
+        memcpy(r->sh8, shift0, sizeof shift0);
+        memcpy(r->sh8s, shift0_scales, sizeof shift0_scales);
+        const rope_tensor t[3] = {
+            {k0, r->k8, KV_HEADS, {0, KV_HEADS * DIM, DIM}, {4 * KV_HEADS * DIM, KV_HEADS * DIM, DIM}},
+            {k0, r->vq, KV_HEADS, {0, KV_HEADS * DIM, DIM}, {4 * KV_HEADS * Q8_BLOCKS, KV_HEADS * Q8_BLOCKS, Q8_BLOCKS}},
+            {NULL, r->sh8, KV_HEADS, {0, 0, 0}, {KV_HEADS * 4 * DIM, DIM, 4 * DIM}}};
+        const rope_stage st[3] = {
+            {.slots = slot_of, .slot_strides = {0, 1}, .n_slots = SEQ, .block_size = 4},
+            {.copy = 1, .slots = slot_of, .slot_strides = {0, 1}, .n_slots = SEQ, .block_size = 4},
+            {.slots = shift_slot, .slot_strides = {0, 1}, .n_slots = SEQ, .block_size = 4}};
+        const rope_quant qt[3] = {
+            {.kind = ROPE_QUANT_INT8, .scales = r->k8s, .scale_strides = {4 * KV_HEADS, KV_HEADS, 1}},
+            {.kind = ROPE_QUANT_Q8_0},
+            {.kind = ROPE_QUANT_INT8, .in_place = 1, .scales = r->sh8s, .scale_strides = {KV_HEADS * 4, 1, 4}}};
+        return rope_rotate_quantised(&op, t, st, qt, 3, &list_table);
+    }
     case C_RANGE:
         return rope_cos_sin_range_f32(OFFSET, SEQ, inv_freq, HALF, 1.0, r->cos, r->sin);
     default:
@@ -153,6 +192,10 @@ static int same(int which, const results *r, const results *want)
     case C_STAGED:
         return memcmp(r->q, want->q, sizeof q0) == 0 && memcmp(r->kc, want->kc, sizeof k0) == 0 &&
                memcmp(r->vc, want->vc, sizeof k0) == 0;
+    case C_QUANT:
+        return memcmp(r->k8, want->k8, sizeof shift0) == 0 && memcmp(r->k8s, want->k8s, sizeof shift0_scales) == 0 &&
+               memcmp(r->vq, want->vq, NQ8) == 0 && memcmp(r->sh8, want->sh8, sizeof shift0) == 0 &&
+               memcmp(r->sh8s, want->sh8s, sizeof shift0_scales) == 0;
     case C_RANGE:
     case C_LIST:
         return memcmp(r->cos, want->cos, SEQ * HALF * sizeof(float)) == 0 &&
@@ -311,6 +354,12 @@ int main(void)
         slot_of[i] = (int64_t)((i * 389u + 7u) % SEQ);   /* 389 is prime to 512: a permutation */
     for (int i = 0; i < DIM; i++)
         norm_w[i] = 0.5 + (double)i / DIM;
+    for (int i = 0; i < SEQ; i++)
+        shift_slot[i] = (int64_t)((i * 131u + 300u) % SEQ);   /* 131 is prime to 512 */
+    for (int i = 0; i < NK; i++)
+        shift0[i] = (int8_t)((int)(((seed = seed * 1103515245u + 12345u) >> 16) % 255u) - 127);
+    for (int i = 0; i < SEQ * KV_HEADS; i++)
+        shift0_scales[i] = (float)(((seed = seed * 1103515245u + 12345u) >> 16) % 1000u + 1u) / 65536.0f;
 
     if (rope_set_isa(-1) != ROPE_E_ISA || rope_set_isa(rope_isa_count()) != ROPE_E_ISA ||
         !rope_isa_supported(0) || rope_isa_name(0) == NULL || rope_isa_name(rope_isa_count()) != NULL) {
@@ -327,6 +376,11 @@ int main(void)
             fprintf(stderr, "threads_race: %s failed\n", CALL_NAME[c]);
             return 2;
         }
+    if (memcmp(want[C_QUANT].sh8, shift0, sizeof shift0) == 0 ||
+        memcmp(want[C_QUANT].sh8s, shift0_scales, sizeof shift0_scales) == 0) {
+        fprintf(stderr, "threads_race: the in-place shift left its cache as it was\n");
+        return 2;
+    }
     if (memcmp(want[C_RANGE].cos, cos_tab + OFFSET * HALF, SEQ * HALF * sizeof(float)) != 0) {
         fprintf(stderr, "threads_race: a table's rows depend on where the range starts\n");
         return 2;

@@ -31,7 +31,8 @@
  * Any violation aborts.
  *
  * Input modes, by the first byte: 0xB1 "big tokens" (fuzz_big), 0xB2
- * staged calls (fuzz_staged, rope_rotate_staged), otherwise a multiple of
+ * staged calls (fuzz_staged, rope_rotate_staged), 0xB3 quantised calls
+ * (fuzz_quantised, rope_rotate_quantised), otherwise a multiple of
  * 4: tables (fuzz_tables), else rotation (fuzz_rotate). Each
  * mode reads the fields it had before the position sources and n_tensors
  * existed in the same order, and reads the new ones after them, with 0 (an
@@ -1591,6 +1592,815 @@ done:
     free(pos); free(wf); free(cosb); free(sinb);
 }
 
+/* ---- quantised calls ---------------------------------------------------------- */
+
+/* rope_rotate_quantised, for inputs whose first byte is 0xB3: 0-3 tensors,
+ * each with a stage as fuzz_staged draws it (mostly rotate, no norm and the
+ * op's type, as a quantised store wants) and a quant of every kind (and
+ * invalid ones): int8 with scales of natural, HND-like or fuzzed strides
+ * (0, negative, overflowing), float8 e4m3 with a static scale (NaN,
+ * infinities, 0, -0, negative, subnormal and huge included), q8_0 with
+ * head_dim a multiple of 32 or not; in place (read from the cache slot) or
+ * not, with or without slots, unique or repeated; head_dim up to past
+ * ROPE_MAX_STAGE_DIM; one fault for one tensor (scales NULL or misaligned,
+ * x or the slots misaligned, out one byte off its block, out == x, x NULL);
+ * quants NULL when every quant is zero. Buffers -- x, out, scales, slots --
+ * are exactly the span their strides reach (the one-byte shifts inside
+ * exact blocks), and an in-place tensor's x is NULL or a block of 0 bytes,
+ * so AddressSanitizer reports any access outside them. Besides:
+ *   - a call that breaks a rule of rope_quant (its kind, in_place without
+ *     slots or with a norm, copy or convert, float64 or convert with a
+ *     kind, q8_0 with head_dim % 32, an fp8 scale not finite and > 0, int8
+ *     without aligned scales, a fault above) is refused;
+ *   - every instruction set reaches the scalar call's status and, where
+ *     rows and scales never overlap and no two tokens share a slot, its
+ *     bits (quantised bytes and scales exactly; float caches NaN payloads
+ *     aside);
+ *   - a failed call writes nothing; a successful one writes no out element
+ *     and no scale that no written head reaches, and never writes x;
+ *   - a successful scalar call equals, where rows and scales are apart and
+ *     slots unique, the float32 stage (rope_rotate_staged into float32; in
+ *     place: the cache dequantised here, then rotated) quantised here by
+ *     formulas of this file (nearest float8 and float16 by search, not by
+ *     bit tricks);
+ *   - with one int8 tensor's scales laid in another buffer the call reads
+ *     while it writes or writes (its own or another tensor's out, a stage's
+ *     slots, the positions, a table, the frequencies), a call valid with
+ *     the scales apart is refused with ROPE_E_OVERLAP, any other keeps its
+ *     status, and nothing is written. */
+
+/* The float8 e4m3fn value of code c (0x7F, 0xFF: NaN), by its definition. */
+static float ref_e4m3_value(uint8_t c)
+{
+    const int e = (c >> 3) & 15, m = c & 7;
+    const double sign = c & 0x80 ? -1.0 : 1.0;
+    if (e == 15 && m == 7)
+        return NAN;
+    return (float)(sign * (e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10)));
+}
+
+/* float32 to float8 e4m3fn: clamped to +-448, then the nearest of the
+ * codes 0..0x7E (ascending values) by binary search, a tie to the even
+ * code; NaN: 0x7F. */
+static uint8_t ref_e4m3(float v)
+{
+    static double value[0x7F];
+    if (value[0x7E] == 0)
+        for (int c = 0; c < 0x7F; c++)
+            value[c] = ref_e4m3_value((uint8_t)c);
+    if (isnan(v))
+        return 0x7F;
+    const uint8_t sign = signbit(v) ? 0x80 : 0;
+    const double a = fmin(fabs((double)v), 448.0);
+    int lo = 0, hi = 0x7E;   /* value[lo] <= a < value[hi], or a == 448 */
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (value[mid] <= a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (a >= value[hi])
+        return (uint8_t)(sign | hi);
+    const double mid = (value[lo] + value[hi]) / 2;   /* exact: multiples of 2^-10 */
+    const int c = a < mid ? lo : a > mid ? hi : lo % 2 ? hi : lo;
+    return (uint8_t)(sign | c);
+}
+
+/* float16 bits to float, by the definition. */
+static float ref_f16_value(uint16_t h)
+{
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const double sign = h & 0x8000 ? -1.0 : 1.0;
+    if (e == 31)
+        return m ? NAN : (float)(sign * INFINITY);
+    return (float)(sign * (e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25)));
+}
+
+/* float32 to float16, nearest, ties to even: the value in units of its
+ * binade's spacing, rounded in double (exact there). NaN: 0x7E00. */
+static uint16_t ref_f16(float f)
+{
+    if (isnan(f))
+        return 0x7E00;
+    const uint16_t sign = signbit(f) ? 0x8000 : 0;
+    const double a = fabs((double)f);
+    if (a >= 65520.0)
+        return (uint16_t)(sign | 0x7C00);
+    int e;
+    frexp(a, &e);
+    const int ex = a < 0x1p-14 ? -14 : e - 1;
+    const double r = rint(a / ldexp(1.0, ex - 10)) * ldexp(1.0, ex - 10);
+    if (r < 0x1p-14)
+        return (uint16_t)(sign | (uint16_t)(r * 0x1p24));
+    frexp(r, &e);
+    return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((r / ldexp(1.0, e - 1) - 1.0) * 1024.0));
+}
+
+/* max |v| over n values; NaN if any is NaN. */
+static float ref_amax(const float *v, int64_t n)
+{
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(v[i]))
+            return NAN;
+        m = fmaxf(m, fabsf(v[i]));
+    }
+    return m;
+}
+
+/* A float clipped to +-127 and rounded (ties away from zero when away,
+ * else to even), as int8; NaN: 0. */
+static int8_t ref_int8_of(float r, int away)
+{
+    if (isnan(r))
+        return 0;
+    const double c = fmax(-127.0, fmin(127.0, (double)r));
+    return (int8_t)(away ? (c < 0 ? -floor(-c + 0.5) : floor(c + 0.5)) : rint(c));
+}
+
+/* One head of n values quantised by kind into out (q8_0: n / 32 blocks);
+ * int8's scale to *s, fp8's static scale taken from *s. */
+static void ref_quantise(int kind, const float *v, int64_t n, uint8_t *out, float *s)
+{
+    if (kind == ROPE_QUANT_INT8) {
+        const float sc = ref_amax(v, n) / 127.0f;
+        for (int64_t i = 0; i < n; i++)
+            out[i] = (uint8_t)ref_int8_of(v[i] / sc, 0);
+        *s = sc;
+    } else if (kind == ROPE_QUANT_FP8_E4M3) {
+        for (int64_t i = 0; i < n; i++)
+            out[i] = ref_e4m3(v[i] / *s);
+    } else {
+        for (int64_t b = 0; b < n / ROPE_Q8_0_VALUES; b++) {
+            const float *x = v + b * ROPE_Q8_0_VALUES;
+            const float d = ref_amax(x, ROPE_Q8_0_VALUES) / 127.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const uint16_t dh = ref_f16(d);
+            uint8_t *blk = out + b * ROPE_Q8_0_BYTES;
+            blk[0] = (uint8_t)(dh & 0xFF);   /* little-endian, as the library's memcpy on x86 and arm64 */
+            blk[1] = (uint8_t)(dh >> 8);
+            for (int j = 0; j < ROPE_Q8_0_VALUES; j++)
+                blk[2 + j] = (uint8_t)ref_int8_of(x[j] * id, 1);
+        }
+    }
+}
+
+/* The reverse: one head's float32 values from out (scale: int8's or fp8's). */
+static void ref_dequantise(int kind, const uint8_t *in, int64_t n, float scale, float *v)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (kind == ROPE_QUANT_INT8) {
+            v[i] = (float)(int8_t)in[i] * scale;
+        } else if (kind == ROPE_QUANT_FP8_E4M3) {
+            v[i] = ref_e4m3_value(in[i]) * scale;
+        } else {
+            const uint8_t *blk = in + (i / ROPE_Q8_0_VALUES) * ROPE_Q8_0_BYTES;
+            v[i] = (float)(int8_t)blk[2 + i % ROPE_Q8_0_VALUES] * ref_f16_value((uint16_t)(blk[0] | blk[1] << 8));
+        }
+    }
+}
+
+/* Quantised bytes equal: exactly, but a q8_0 block's float16 d may be any
+ * NaN where the other is one. */
+static int same_quantised(int kind, const uint8_t *a, const uint8_t *b, int64_t n_elems)
+{
+    if (kind != ROPE_QUANT_Q8_0)
+        return memcmp(a, b, (size_t)n_elems) == 0;
+    for (int64_t k = 0; k < n_elems; k++) {
+        const uint8_t *x = a + k * ROPE_Q8_0_BYTES, *y = b + k * ROPE_Q8_0_BYTES;
+        if (memcmp(x + 2, y + 2, ROPE_Q8_0_VALUES) != 0)
+            return 0;
+        if (memcmp(x, y, 2) != 0 && !(isnan(ref_f16_value((uint16_t)(x[0] | x[1] << 8))) &&
+                                      isnan(ref_f16_value((uint16_t)(y[0] | y[1] << 8)))))
+            return 0;
+    }
+    return 1;
+}
+
+static int same_floats(const float *a, const float *b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+/* An fp8 static scale: sel 0-7 valid (subnormal and huge ones too), the
+ * others what rope_quant refuses. */
+static float fp8_scale_of(unsigned sel)
+{
+    static const float SCALES[16] = {1.0f, 0.5f, 0.0625f, 3.3f, 1e-3f, 0x1p-140f, 3e38f, 7.0f,
+                                     NAN, INFINITY, -INFINITY, 0.0f, -0.0f, -1.0f, -0x1p-140f, -NAN};
+    return SCALES[sel % 16];
+}
+
+/* Ordinary values in most elements of a buffer of storage type dtype (the
+ * rest keeps its random bits), as fuzz_staged fills x. */
+static void ordinary_values(uint8_t *p, int64_t n, int dtype, uint64_t *state)
+{
+    if (dtype != ROPE_F32 && dtype != ROPE_F64 && dtype != ROPE_F16 && dtype != ROPE_BF16)
+        return;
+    for (int64_t i = 0; i < n; i++)
+        if (next_bits(state) % 4) {
+            const double v = ((double)(next_bits(state) % 2001) - 1000.0) / 100.0;
+            const float f = (float)v;
+            const uint32_t u = f32_bits(f);
+            if (dtype == ROPE_F32) {
+                memcpy(p + 4 * i, &f, 4);
+            } else if (dtype == ROPE_F64) {
+                memcpy(p + 8 * i, &v, 8);
+            } else if (dtype == ROPE_BF16) {
+                const uint16_t hb = (uint16_t)(u >> 16);
+                memcpy(p + 2 * i, &hb, 2);
+            } else {
+                const uint16_t hf = (uint16_t)(0x3C00u + (next_bits(state) % 0x800u)) ^ (uint16_t)((u >> 16) & 0x8000u);
+                memcpy(p + 2 * i, &hf, 2);
+            }
+        }
+}
+
+typedef struct {
+    int64_t heads, xs[3], os[3], ss[3];
+    int kind, in_place, slotted;    /* kind, in_place as the quant has them */
+    int64_t count[3];               /* what out (and scales) address: {batch, seq} or {block, slot}, heads */
+    int64_t pe;                     /* out elements per head */
+    size_t oes;                     /* out's element size */
+    int64_t xlo, xn, olo, on, slo, sn;       /* element 0's place in x, out, scales; their elements */
+    size_t xbytes;                           /* x's bytes (0 in place: a block of none) */
+    size_t xshift, oshift, sshift, pshift;   /* bytes by which x, out, scales, slots sit into their blocks */
+    uint8_t *xb, *x0, *ob, *out0, *outr;     /* blocks; x0, out0: contents before every call; outr: after scalar */
+    float *sb, *sc0, *scr;                   /* the scales' block, before, after scalar (int8 only) */
+    int64_t *slotb;                           /* the slots' block */
+    int64_t *slots;                           /* the slots (n_tok, stride {ns or 0, 1}) */
+    double *w;
+    rope_stage st;
+    rope_quant q;
+    int ok;
+} quant_tensor;
+
+static uint8_t *q_x(const quant_tensor *t) { return t->xb + t->xshift; }
+static uint8_t *q_out(const quant_tensor *t) { return t->ob + t->oshift; }
+static float *q_scales(const quant_tensor *t) { return (float *)(void *)((char *)t->sb + t->sshift); }
+
+/* out element and scale index (relative to the buffers) of head h of the
+ * token whose out is addressed by (a0, a1). */
+static int64_t q_out_at(const quant_tensor *t, int64_t a0, int64_t a1, int64_t h)
+{
+    return a0 * t->os[0] + a1 * t->os[1] + h * t->os[2] - t->olo;
+}
+
+static int64_t q_scale_at(const quant_tensor *t, int64_t a0, int64_t a1, int64_t h)
+{
+    return a0 * t->ss[0] + a1 * t->ss[1] + h * t->ss[2] - t->slo;
+}
+
+/* (a0, a1) of token (b, s): 0 when the token is skipped (slot -1 or out of range). */
+static int q_addr(const quant_tensor *t, int64_t b, int64_t s, int64_t *a0, int64_t *a1)
+{
+    if (!t->slotted) {
+        *a0 = b;
+        *a1 = s;
+        return 1;
+    }
+    const int64_t k = t->slots[b * t->st.slot_strides[0] + s * t->st.slot_strides[1]];
+    if (k < 0 || k >= t->st.n_slots)
+        return 0;
+    *a0 = k / t->st.block_size;
+    *a1 = k % t->st.block_size;
+    return 1;
+}
+
+/* Do any two tokens that are written share a slot? */
+static int q_slots_repeat(const quant_tensor *t, int64_t nb, int64_t ns)
+{
+    if (!t->slotted)
+        return 0;
+    for (int64_t a = 0; a < nb * ns; a++)
+        for (int64_t c = a + 1; c < nb * ns; c++) {
+            const int64_t sa = t->slots[(a / ns) * t->st.slot_strides[0] + a % ns];
+            const int64_t sc = t->slots[(c / ns) * t->st.slot_strides[0] + c % ns];
+            if (sa >= 0 && sa == sc)
+                return 1;
+        }
+    return 0;
+}
+
+static void q_restore(quant_tensor *T, int n)
+{
+    for (int k = 0; k < n; k++) {
+        quant_tensor *t = &T[k];
+        if (!t->ok)
+            continue;
+        memcpy(q_x(t), t->x0, t->xbytes);
+        memcpy(q_out(t), t->out0, (size_t)t->on * t->oes);
+        if (t->sb)
+            memcpy(q_scales(t), t->sc0, (size_t)t->sn * sizeof(float));
+    }
+}
+
+static int q_untouched(const quant_tensor *T, int n)
+{
+    for (int k = 0; k < n; k++) {
+        const quant_tensor *t = &T[k];
+        if (!t->ok)
+            continue;
+        if (memcmp(q_x(t), t->x0, t->xbytes) != 0 || memcmp(q_out(t), t->out0, (size_t)t->on * t->oes) != 0 ||
+            (t->sb && memcmp(q_scales(t), t->sc0, (size_t)t->sn * sizeof(float)) != 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* The successful scalar call's results of tensor t against the float32
+ * stage quantised here (see the top of this section); only where rows and
+ * scales are apart and no slot repeats. */
+static void q_check_reference(const quant_tensor *t, const rope_op *op, const rope_angles *angles)
+{
+    const int64_t nb = op->n_batch, ns = op->n_seq, hd = op->head_dim, h = t->heads;
+    const int quant = t->kind != ROPE_QUANT_NONE;
+    if (h == 0 || nb == 0 || ns == 0 || (!quant && !t->in_place) || q_slots_repeat(t, nb, ns) ||
+        !rows_disjoint(t->count, t->os, t->pe) || (t->kind == ROPE_QUANT_INT8 && !rows_disjoint(t->count, t->ss, 1)))
+        return;
+    const size_t es = (size_t)rope_dtype_size(op->dtype);
+    const size_t ves = quant ? sizeof(float) : es;   /* the reference's element: float32, or the cache's type */
+    const int64_t n = nb * ns * h * hd;
+    uint8_t *g = xmalloc((size_t)n * ves), *res = xmalloc((size_t)n * ves);
+    memset(g, 0, (size_t)n * ves);
+    rope_op rop = *op;
+    rop.n_threads = 1;
+    rope_tensor rt = {g, res, h, {ns * h * hd, h * hd, hd}, {ns * h * hd, h * hd, hd}};
+    rope_stage rst = {0};
+    if (t->in_place) {
+        /* the cache's heads, dequantised here (kind NONE: as they are) */
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t s = 0; s < ns; s++) {
+                int64_t a0, a1;
+                if (!q_addr(t, b, s, &a0, &a1))
+                    continue;
+                for (int64_t hh = 0; hh < h; hh++) {
+                    const uint8_t *src = t->out0 + q_out_at(t, a0, a1, hh) * (int64_t)t->oes;
+                    uint8_t *dst = g + ((b * ns + s) * h + hh) * hd * (int64_t)ves;
+                    if (!quant)
+                        memcpy(dst, src, (size_t)hd * es);
+                    else
+                        ref_dequantise(t->kind, src, hd, t->kind == ROPE_QUANT_INT8 ? t->sc0[q_scale_at(t, a0, a1, hh)]
+                                                                                   : t->q.scale, (float *)(void *)dst);
+                }
+            }
+        if (quant)
+            rop.dtype = ROPE_F32;
+    } else {
+        rt.x = q_x(t) - t->xlo * (int64_t)es;
+        memcpy(rt.x_strides, t->xs, sizeof rt.x_strides);
+        rst = t->st;
+        rst.slots = NULL;
+        rst.convert = 1;
+        rst.out_dtype = ROPE_F32;
+    }
+    if (rope_rotate_staged(&rop, &rt, &rst, 1, angles) != ROPE_OK)
+        abort(); /* the float32 stage of an accepted call is valid */
+    /* what the cache and scales must hold: as before, each written head replaced */
+    uint8_t *want = xmalloc((size_t)t->on * t->oes);
+    float *wsc = t->kind == ROPE_QUANT_INT8 ? xmalloc((size_t)t->sn * sizeof(float)) : NULL;
+    memcpy(want, t->out0, (size_t)t->on * t->oes);
+    if (wsc)
+        memcpy(wsc, t->sc0, (size_t)t->sn * sizeof(float));
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t s = 0; s < ns; s++) {
+            int64_t a0, a1;
+            if (!q_addr(t, b, s, &a0, &a1))
+                continue;
+            for (int64_t hh = 0; hh < h; hh++) {
+                const uint8_t *v = res + ((b * ns + s) * h + hh) * hd * (int64_t)ves;
+                uint8_t *dst = want + q_out_at(t, a0, a1, hh) * (int64_t)t->oes;
+                if (!quant) {
+                    memcpy(dst, v, (size_t)hd * es);
+                } else {
+                    float sc = t->q.scale;
+                    ref_quantise(t->kind, (const float *)(const void *)v, hd, dst, &sc);
+                    if (wsc)
+                        wsc[q_scale_at(t, a0, a1, hh)] = sc;
+                }
+            }
+        }
+    const int agree = quant ? same_quantised(t->kind, want, t->outr, t->on)
+                            : same_values(want, t->outr, t->on, op->dtype, es);
+    if (!agree || (wsc && !same_floats(wsc, t->scr, t->sn)))
+        abort(); /* the quantised call is the float32 stage, quantised by the formulas */
+    free(want); free(wsc); free(g); free(res);
+}
+
+/* The scalar call's writes of tensor t: none to an out element or scale
+ * that no written head reaches. */
+static void q_check_reached(const quant_tensor *t, int64_t nb, int64_t ns)
+{
+    if (t->heads == 0 || nb <= 0 || ns <= 0)
+        return;
+    uint8_t *reached = calloc((size_t)t->on, 1), *sreached = calloc((size_t)(t->sn ? t->sn : 1), 1);
+    if (!reached || !sreached)
+        abort();
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t s = 0; s < ns; s++) {
+            int64_t a0, a1;
+            if (!q_addr(t, b, s, &a0, &a1))
+                continue;
+            for (int64_t h = 0; h < t->heads; h++) {
+                for (int64_t d = 0; d < t->pe; d++) {
+                    const int64_t e = q_out_at(t, a0, a1, h) + d;
+                    if (e < 0 || e >= t->on)
+                        abort(); /* the call accepted a head outside out's span */
+                    reached[e] = 1;
+                }
+                if (t->kind == ROPE_QUANT_INT8) {
+                    const int64_t e = q_scale_at(t, a0, a1, h);
+                    if (e < 0 || e >= t->sn)
+                        abort(); /* the call accepted a scale outside its span */
+                    sreached[e] = 1;
+                }
+            }
+        }
+    for (int64_t e = 0; e < t->on; e++)
+        if (!reached[e] && memcmp(t->outr + e * (int64_t)t->oes, t->out0 + e * (int64_t)t->oes, t->oes) != 0)
+            abort();
+    for (int64_t e = 0; t->kind == ROPE_QUANT_INT8 && e < t->sn; e++)
+        if (!sreached[e] && memcmp(&t->scr[e], &t->sc0[e], sizeof(float)) != 0)
+            abort();
+    free(reached);
+    free(sreached);
+}
+
+static void fuzz_quantised(reader *r)
+{
+    const int n_dtypes = rope_dtype_count();
+    const int dtype = (int)take_small(r, -1, n_dtypes - 1 + (take(r, 1) % 8 == 0));
+    const int layout = (int)take_small(r, 0, take(r, 1) % 16 == 0 ? 2 : 1);
+    const int inverse = (int)(take(r, 1) & 1);
+    /* head_dim: mostly multiples of 32 up to 128, or a few either side;
+     * small ones (mostly no multiple of 32); about ROPE_MAX_STAGE_DIM */
+    const unsigned hsel = (unsigned)(take(r, 1) % 8);
+    int64_t head_dim = hsel == 0 ? take_small(r, -2, 40) : 32 * take_small(r, 1, 4);
+    if (hsel == 1)
+        head_dim = ROPE_MAX_STAGE_DIM - 64 + head_dim;
+    if (hsel != 0 && take(r, 1) % 8 == 0)
+        head_dim += 2 * take_small(r, -2, 2);
+    const int64_t rotary_dim = take(r, 1) & 1 ? head_dim : take_small(r, -2, head_dim > 0 ? head_dim + 2 : 4);
+    const int64_t nb = take_small(r, -1, 3), ns = take_small(r, 0, 4);
+    const int n_tensors = (int)take_small(r, -1, 3);
+    const int threads = (int)take_small(r, 1, 3);
+    const int64_t hd = head_dim > 0 ? head_dim : 1;
+    const size_t es = rope_dtype_size(dtype) > 0 ? (size_t)rope_dtype_size(dtype) : 2;
+    const unsigned fault = (unsigned)(take(r, 1) % 16);
+    const int ftensor = (int)take_small(r, 0, 2);
+    uint64_t state = take(r, 8);
+    const int64_t n_tok = nb > 0 && ns > 0 ? nb * ns : 0;
+
+    quant_tensor T[MAX_TENSORS];
+    memset(T, 0, sizeof T);
+    const int n_setup = n_tensors > 0 ? n_tensors : 0;
+    for (int k = 0; k < n_setup; k++) {
+        quant_tensor *t = &T[k];
+        rope_stage *st = &t->st;
+        rope_quant *q = &t->q;
+        t->heads = take_small(r, 0, 4);
+        const int64_t h = t->heads;
+        const unsigned ksel = (unsigned)(take(r, 1) % 16);
+        q->kind = ksel == 14 ? -1 : ksel == 15 ? ROPE_QUANT_Q8_0 + 1 : (int)(ksel % 4);
+        t->kind = q->kind;
+        t->slotted = take(r, 1) % 4 != 0;
+        const unsigned isel = (unsigned)(take(r, 1) % 32);
+        q->in_place = isel == 31 ? 2 : isel % 3 == 0;
+        t->in_place = q->in_place == 1;
+        q->scale = fp8_scale_of((unsigned)(take(r, 1) % 16 < 12 ? take(r, 1) % 8 : take(r, 1)));
+        switch (take(r, 1) % 4) {   /* x: NHD, HND, anything, padded */
+        case 0: t->xs[0] = ns * h * hd, t->xs[1] = h * hd, t->xs[2] = hd; break;
+        case 1: t->xs[0] = h * ns * hd, t->xs[1] = hd, t->xs[2] = ns * hd; break;
+        case 2: t->xs[0] = take_stride(r, ns * h * hd), t->xs[1] = take_stride(r, h * hd), t->xs[2] = take_stride(r, hd); break;
+        default: t->xs[0] = ns * h * (hd + 3), t->xs[1] = h * (hd + 3), t->xs[2] = hd + 3; break;
+        }
+        /* the stage: mostly what a quantised store wants (rotate, or copy for values; no norm, no convert) */
+        const unsigned ssel = (unsigned)(take(r, 1) % 8);
+        st->copy = ssel == 7 ? (int)take_small(r, 0, 2) : ssel == 6;
+        st->norm = ssel >= 4 && ssel < 6 ? (int)take_small(r, 0, 3) : 0;
+        st->norm_eps = take_eps(r);
+        st->convert = take(r, 1) % 8 == 0 ? (int)take_small(r, 1, 2) : 0;
+        st->out_dtype = st->convert ? (int)take_small(r, -1, n_dtypes) : (int)take(r, 1) - 128;
+        const int odt = st->convert ? st->out_dtype : dtype;
+        t->oes = q->kind == ROPE_QUANT_NONE ? (rope_dtype_size(odt) > 0 ? (size_t)rope_dtype_size(odt) : 2)
+                 : q->kind == ROPE_QUANT_Q8_0 ? ROPE_Q8_0_BYTES : 1;
+        t->pe = q->kind == ROPE_QUANT_Q8_0 ? (hd / ROPE_Q8_0_VALUES > 0 ? hd / ROPE_Q8_0_VALUES : 1) : hd;
+        const int64_t pe = t->pe;
+        t->count[0] = nb, t->count[1] = ns, t->count[2] = h;
+        if (t->slotted) {
+            st->n_slots = take_small(r, -1, 12);
+            st->block_size = take_small(r, -1, 4);
+            const int64_t bs = st->block_size > 0 ? st->block_size : 1;
+            t->count[0] = st->n_slots > 0 ? (st->n_slots - 1) / bs + 1 : 0;
+            t->count[1] = bs;
+            switch (take(r, 1) % 3) {   /* a paged cache: NHD, HND, or other strides */
+            case 0: t->os[0] = bs * h * pe, t->os[1] = h * pe, t->os[2] = pe; break;
+            case 1: t->os[0] = h * bs * pe, t->os[1] = pe, t->os[2] = bs * pe; break;
+            default: t->os[0] = take_stride(r, bs * h * pe), t->os[1] = take_stride(r, h * pe), t->os[2] = take_stride(r, pe); break;
+            }
+            st->slot_strides[0] = ns;
+            st->slot_strides[1] = 1;
+            if (take(r, 1) % 8 == 0)
+                st->slot_strides[0] = 0; /* every batch row the same slots */
+            const int unique = take(r, 1) % 2;
+            const uint64_t step = 1 + 2 * (take(r, 1) % 4), off = take(r, 1);
+            t->pshift = fault == 5 && ftensor == k ? 1 : 0;
+            t->slotb = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1) + t->pshift);
+            int64_t *sl = (int64_t *)(void *)((char *)t->slotb + t->pshift);
+            for (int64_t i = 0; i < n_tok; i++) {
+                const uint64_t v = next_bits(&state);
+                int64_t slot = v % 8 == 0 ? -1 : v % 8 == 1 ? st->n_slots : v % 16 == 2 ? -2
+                               : v % 64 == 3 ? INT64_MIN : st->n_slots > 0 ? (int64_t)((v >> 8) % (uint64_t)st->n_slots) : 0;
+                if (unique && st->n_slots > 0) /* mostly distinct while there are slots enough */
+                    slot = (int64_t)(((uint64_t)i * step + off) % (uint64_t)st->n_slots);
+                memcpy((char *)sl + 8 * i, &slot, 8);
+            }
+            t->slots = t->pshift ? NULL : sl;
+            st->slots = sl;
+        } else {
+            switch (take(r, 1) % 3) {
+            case 0: t->os[0] = ns * h * pe, t->os[1] = h * pe, t->os[2] = pe; break;
+            case 1: t->os[0] = h * ns * pe, t->os[1] = pe, t->os[2] = ns * pe; break;
+            default: t->os[0] = take_stride(r, ns * h * pe), t->os[1] = take_stride(r, h * pe), t->os[2] = take_stride(r, pe); break;
+            }
+        }
+        /* int8's scales: {a0, a1, head} natural, heads apart, or anything */
+        const int64_t c1 = t->count[1] > 0 ? t->count[1] : 1;
+        switch (take(r, 1) % 3) {
+        case 0: t->ss[0] = c1 * h, t->ss[1] = h, t->ss[2] = 1; break;
+        case 1: t->ss[0] = c1, t->ss[1] = 1, t->ss[2] = t->count[0] * c1; break;
+        default: t->ss[0] = take_stride(r, c1 * h), t->ss[1] = take_stride(r, h), t->ss[2] = take_stride(r, 1); break;
+        }
+        memcpy(q->scale_strides, t->ss, sizeof t->ss);
+        /* buffers of exactly the spans */
+        const int64_t xc[3] = {nb, ns, h};
+        int64_t xlo, xhi, olo, ohi, slo, shi;
+        const int a = span(xc, t->xs, hd, &xlo, &xhi), b = span(t->count, t->os, pe, &olo, &ohi);
+        const int c = span(t->count, t->ss, 1, &slo, &shi);
+        if (a == SPAN_HUGE || b == SPAN_HUGE || c == SPAN_HUGE ||
+            (xhi - xlo) * (int64_t)es + (ohi - olo) * (int64_t)t->oes + (shi - slo) * 4 > (1 << 19))
+            continue; /* a caller could not have such buffers */
+        t->xlo = a == SPAN_OVERFLOW ? 0 : xlo;
+        t->xn = a == SPAN_OVERFLOW ? 1 : xhi - xlo;
+        t->olo = b == SPAN_OVERFLOW ? 0 : olo;
+        t->on = b == SPAN_OVERFLOW ? 1 : ohi - olo;
+        t->slo = c == SPAN_OVERFLOW ? 0 : slo;
+        t->sn = c == SPAN_OVERFLOW ? 1 : shi - slo;
+        if (t->in_place)
+            t->xn = 0; /* not read: a block of no bytes */
+        t->xbytes = (size_t)t->xn * es;
+        t->xshift = fault == 3 && ftensor == k ? 1 : 0;
+        t->xb = xmalloc(t->xbytes + t->xshift);
+        t->x0 = xmalloc(t->xbytes);
+        for (int64_t i = 0; i < t->xn * (int64_t)es; i++)
+            t->x0[i] = (uint8_t)next_bits(&state);
+        ordinary_values(t->x0, t->xn, dtype, &state);
+        t->oshift = fault == 4 && ftensor == k ? 1 : 0;
+        t->ob = xmalloc((size_t)t->on * t->oes + t->oshift);
+        t->out0 = xmalloc((size_t)t->on * t->oes);
+        t->outr = xmalloc((size_t)t->on * t->oes);
+        for (int64_t i = 0; i < t->on * (int64_t)t->oes; i++)
+            t->out0[i] = (uint8_t)next_bits(&state);
+        if (q->kind == ROPE_QUANT_NONE)
+            ordinary_values(t->out0, t->on, odt, &state);
+        else if (q->kind == ROPE_QUANT_Q8_0)   /* mostly ordinary d (2^-8 .. 2^-1), now and then any bits */
+            for (int64_t e = 0; e < t->on; e++)
+                if (next_bits(&state) % 8) {
+                    const uint16_t d = (uint16_t)(0x1C00u + next_bits(&state) % 0x1C00u);
+                    t->out0[e * ROPE_Q8_0_BYTES] = (uint8_t)(d & 0xFF);
+                    t->out0[e * ROPE_Q8_0_BYTES + 1] = (uint8_t)(d >> 8);
+                }
+        if (q->kind == ROPE_QUANT_INT8) {
+            t->sshift = fault == 2 && ftensor == k ? 1 : 0;
+            t->sb = xmalloc((size_t)t->sn * sizeof(float) + t->sshift);
+            t->sc0 = xmalloc((size_t)t->sn * sizeof(float));
+            t->scr = xmalloc((size_t)t->sn * sizeof(float));
+            for (int64_t i = 0; i < t->sn; i++) {
+                const uint64_t v = next_bits(&state);
+                float f = (float)((v >> 8) % 1000 + 1) / 8192.0f;
+                if (v % 16 == 0) {
+                    const uint32_t u = (uint32_t)(v >> 16);
+                    memcpy(&f, &u, 4);
+                }
+                t->sc0[i] = f;
+            }
+            q->scales = fault == 1 && ftensor == k ? NULL : q_scales(t);
+        } else if (take(r, 1) % 2) {
+            t->sb = xmalloc(0); /* not read: a block of no bytes */
+            q->scales = t->sb;
+            t->sb = NULL;
+        }
+        if (take(r, 1) % 3 != 0 && st->norm != 0) {
+            const int64_t nw = st->norm == ROPE_NORM_TOKEN ? h * hd : hd;
+            t->w = xmalloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
+            for (int64_t i = 0; i < nw; i++)
+                t->w[i] = weight_of(next_bits(&state));
+            st->norm_weight = t->w;
+        }
+        t->ok = 1;
+    }
+    /* angles: offset or a position list; a table or on the fly */
+    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
+    const int64_t offset = take_small(r, -3, 40);
+    const int list = (int)(take(r, 1) & 1), otf = (int)(take(r, 1) & 1);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
+    for (int64_t i = 0; i < n_tok; i++)
+        pos[i] = take_small(r, -3, 44);
+    const int64_t table_start = -3, table_rows = take_small(r, 0, 50);
+    const int wide = dtype == ROPE_F64;
+    const size_t rsize = wide ? sizeof(double) : sizeof(float);
+    const int64_t hh = half > 0 && half <= 4096 ? half : 1;
+    double *wf = xmalloc(sizeof(double) * (size_t)hh);
+    for (int64_t i = 0; i < hh; i++)
+        wf[i] = pow(10000.0, -2.0 * (double)i / (double)(2 * hh));
+    void *cosb = xmalloc(rsize * (size_t)(table_rows * hh + 1)), *sinb = xmalloc(rsize * (size_t)(table_rows * hh + 1));
+    if (table_rows > 0) {
+        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)table_rows);
+        for (int64_t i = 0; i < table_rows; i++)
+            run[i] = table_start + i;
+        if (wide ? rope_cos_sin_f64(run, table_rows, wf, hh, 1.0, cosb, sinb)
+                 : rope_cos_sin_range_f32(table_start, table_rows, wf, hh, 1.0, cosb, sinb))
+            abort();
+        free(run);
+    }
+    rope_angles angles = {.source = list ? ROPE_POS_LIST : ROPE_POS_OFFSET, .offset = offset, .positions = pos,
+                          .strides = {ns, 1, 0}, .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
+                          .table_start = table_start, .table_rows = table_rows, .inv_freq = wf, .scale = 1.0};
+    const rope_op op = {dtype, layout, inverse, nb, ns, head_dim, rotary_dim, threads};
+    rope_tensor tensors[MAX_TENSORS];
+    rope_stage stages[MAX_TENSORS];
+    rope_quant quants[MAX_TENSORS];
+    int all_ok = 1, all_zero = 1, refuse = n_tensors < 0;
+    for (int k = 0; k < n_setup; k++) {
+        quant_tensor *t = &T[k];
+        const rope_quant *q = &t->q;
+        const rope_stage *st = &t->st;
+        all_ok &= t->ok;
+        if (!t->ok)
+            break;
+        const uint8_t *x = t->in_place ? (fault == 6 && ftensor == k ? NULL : q_x(t))
+                           : fault == 6 && ftensor == k ? NULL : q_x(t) - t->xlo * (int64_t)es;
+        uint8_t *out = q_out(t) - t->olo * (int64_t)t->oes;
+        const int out_is_x = fault == 7 && ftensor == k && !t->in_place && (t->slotted || q->kind != ROPE_QUANT_NONE);
+        tensors[k] = (rope_tensor){out_is_x ? out : x, out, t->heads, {t->xs[0], t->xs[1], t->xs[2]},
+                                   {t->os[0], t->os[1], t->os[2]}};
+        stages[k] = *st;
+        quants[k] = *q;
+        if (q->kind == ROPE_QUANT_INT8 && q->scales)
+            quants[k].scales = q->scales - t->slo;
+        all_zero &= q->kind == 0 && q->in_place == 0;
+        /* what rope_quant refuses, whatever else the call holds */
+        const int kind_ok = q->kind >= ROPE_QUANT_NONE && q->kind <= ROPE_QUANT_Q8_0;
+        refuse |= !kind_ok || (q->in_place != 0 && q->in_place != 1);
+        refuse |= q->in_place && (!t->slotted || st->norm != 0 || st->copy != 0 || st->convert != 0);
+        if (kind_ok && q->kind != ROPE_QUANT_NONE) {
+            refuse |= dtype == ROPE_F64 || st->convert != 0 || head_dim > ROPE_MAX_STAGE_DIM;
+            refuse |= q->kind == ROPE_QUANT_Q8_0 && head_dim % ROPE_Q8_0_VALUES != 0;
+            refuse |= q->kind == ROPE_QUANT_FP8_E4M3 && !(isfinite(q->scale) && q->scale > 0);
+            refuse |= q->kind == ROPE_QUANT_INT8 && t->heads > 0 && (!q->scales || t->sshift);
+        }
+        if (t->heads > 0 && ftensor == k) {
+            refuse |= (fault == 3 || fault == 6 || out_is_x) && !t->in_place;
+            refuse |= fault == 4 && q->kind == ROPE_QUANT_NONE && kind_ok;
+            refuse |= fault == 5 && t->slotted;
+        }
+    }
+    if (!all_ok)
+        goto done; /* (a tensor's buffers could not be had: nothing to test) */
+    const int null_quants = all_zero && take(r, 1) % 2;
+    /* newest fields: scales laid in another buffer */
+    const unsigned alias = (unsigned)(take(r, 1) % 7);
+    const uint64_t where = take(r, 2);
+
+    const int isa0 = rope_get_isa();
+    int isas[MAX_ISAS];
+    const int n_isas = other_isas(isas);
+    int st0 = ROPE_OK;
+    for (int i = 0; i <= n_isas; i++) {
+        q_restore(T, n_setup);
+        rope_set_isa(i ? isas[i - 1] : 0);
+        const int st = rope_rotate_quantised(&op, tensors, stages, null_quants ? NULL : quants, n_tensors, &angles);
+        check_status(st);
+        if (i == 0) {
+            st0 = st;
+            if (refuse && st == ROPE_OK)
+                abort(); /* a call breaking a rule of rope_quant was accepted */
+        } else if (st != st0) {
+            abort(); /* error decisions must not depend on the kernel */
+        }
+        if (st != ROPE_OK) {
+            if (!q_untouched(T, n_setup))
+                abort(); /* nothing written before an error */
+            continue;
+        }
+        for (int k = 0; k < n_setup; k++) {
+            quant_tensor *t = &T[k];
+            if (memcmp(q_x(t), t->x0, t->xbytes) != 0)
+                abort(); /* x is read only */
+            if (i == 0) {
+                memcpy(t->outr, q_out(t), (size_t)t->on * t->oes);
+                if (t->sb)
+                    memcpy(t->scr, q_scales(t), (size_t)t->sn * sizeof(float));
+                continue;
+            }
+            if (t->heads == 0 || q_slots_repeat(t, nb, ns) || !rows_disjoint(t->count, t->os, t->pe) ||
+                (t->kind == ROPE_QUANT_INT8 && !rows_disjoint(t->count, t->ss, 1)))
+                continue;
+            const int same = t->kind == ROPE_QUANT_NONE
+                                 ? same_values(q_out(t), t->outr, t->on, t->st.convert ? t->st.out_dtype : dtype, t->oes)
+                                 : memcmp(q_out(t), t->outr, (size_t)t->on * t->oes) == 0 &&
+                                       (!t->sb || memcmp(q_scales(t), t->scr, (size_t)t->sn * sizeof(float)) == 0);
+            if (!same)
+                abort(); /* every kernel stores the scalar kernels' bits */
+        }
+    }
+    rope_set_isa(0);
+    if (st0 == ROPE_OK)
+        for (int k = 0; k < n_setup; k++) {
+            q_check_reached(&T[k], nb, ns);
+            q_check_reference(&T[k], &op, &angles);
+        }
+    /* the scales of the first int8 tensor with heads laid in a buffer the
+     * call reads while it writes, or writes */
+    int ak = -1;
+    for (int k = 0; k < n_setup && ak < 0; k++)
+        if (T[k].kind == ROPE_QUANT_INT8 && T[k].heads > 0 && T[k].q.scales && !T[k].sshift && !null_quants)
+            ak = k;
+    if (alias && ak >= 0) {
+        quant_tensor *t = &T[ak];
+        uint8_t *host = NULL;
+        size_t host_bytes = 0;
+        int read = 1;   /* does the call read (or write) the host? */
+        if (alias <= 2) {   /* its own out, or the next tensor's */
+            const quant_tensor *o = &T[alias == 1 ? ak : (ak + 1) % n_setup];
+            host = q_out(o);
+            host_bytes = (size_t)o->on * o->oes;
+            read = o->heads > 0;
+        } else if (alias == 3) {   /* the slots of the first slotted tensor (their span) */
+            for (int k = 0; k < n_setup && !host; k++)
+                if (T[k].slotted && T[k].slots) {
+                    host = (uint8_t *)T[k].slots;
+                    host_bytes = sizeof(int64_t) * (size_t)(T[k].st.slot_strides[0] ? n_tok : ns);
+                    read = T[k].heads > 0;
+                }
+        } else if (alias == 4) {
+            host = (uint8_t *)pos;
+            host_bytes = sizeof(int64_t) * (size_t)n_tok;
+            read = list;
+        } else if (alias == 5) {
+            host = cosb;
+            host_bytes = rsize * (size_t)(table_rows * half);
+            read = !otf && half <= 4096;
+        } else {
+            host = (uint8_t *)wf;
+            host_bytes = sizeof(double) * (size_t)half;
+            read = otf && half <= 4096;
+        }
+        int64_t heads_total = 0;
+        for (int k = 0; k < n_setup; k++)
+            heads_total += T[k].heads;
+        /* the scales' span starts 4-aligned inside the host: they meet. A
+         * call that must accept them (the host not read, nothing to do)
+         * writes them all: then they must fit in the host. */
+        const int meet = read && n_tok > 0 && heads_total > 0;
+        const size_t skip = host ? (4 - (uintptr_t)host % 4) % 4 : 0;   /* an out may sit one byte into its block */
+        const size_t room = host_bytes > skip ? host_bytes - skip : 0, need = meet ? 1 : (size_t)t->sn * 4;
+        if (host && room >= 4 && room >= need && t->sn > 0 && t->count[0] > 0 && t->count[1] > 0) {
+            uint8_t *at = host + skip + 4 * (size_t)(where % ((room - need) / 4 + 1));
+            rope_quant aq[MAX_TENSORS];
+            memcpy(aq, quants, sizeof aq);
+            aq[ak].scales = (float *)(void *)at - t->slo;
+            q_restore(T, n_setup);
+            uint8_t *saved = xmalloc(host_bytes);
+            memcpy(saved, host, host_bytes);
+            const int st = rope_rotate_quantised(&op, tensors, stages, aq, n_tensors, &angles);
+            check_status(st);
+            if (st0 == ROPE_OK ? st != (meet ? ROPE_E_OVERLAP : ROPE_OK) : st != st0)
+                abort(); /* refused exactly when the scales meet what the call reads or writes */
+            if (st != ROPE_OK && (!q_untouched(T, n_setup) || memcmp(host, saved, host_bytes) != 0))
+                abort(); /* nothing written */
+            memcpy(host, saved, host_bytes);
+            free(saved);
+        }
+    }
+    rope_set_isa(isa0);
+done:
+    for (int k = 0; k < MAX_TENSORS; k++) {
+        quant_tensor *t = &T[k];
+        free(t->xb); free(t->x0); free(t->ob); free(t->out0); free(t->outr);
+        free(t->sb); free(t->sc0); free(t->scr);
+        if (t->q.kind != ROPE_QUANT_INT8 && t->q.scales)
+            free(t->q.scales);
+        free(t->w);
+        free(t->slotb);
+    }
+    free(pos); free(wf); free(cosb); free(sinb);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
@@ -1599,6 +2409,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_big(&r);
     else if (first == 0xB2)
         fuzz_staged(&r);
+    else if (first == 0xB3)
+        fuzz_quantised(&r);
     else if (first % 4 == 0)
         fuzz_tables(&r);
     else

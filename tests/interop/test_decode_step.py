@@ -75,13 +75,13 @@ def ns():
 
 # ---- the models and what transformers computes --------------------------------------------
 
-def tiny_model(family):
-    """(config, model): 2 layers, 4 query and 2 kv heads of 16, random weights (norms too),
-    float32, eager attention."""
+def tiny_model(family, head_dim=HEAD_DIM):
+    """(config, model): 2 layers, 4 query and 2 kv heads of head_dim (16; 32 for q8_0
+    caches, whose blocks hold 32 values), random weights (norms too), float32, eager attention."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     common = dict(vocab_size=64, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=LAYERS,
-                  num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+                  num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=head_dim,
                   max_position_embeddings=128, rms_norm_eps=1e-6, bos_token_id=None, eos_token_id=None,
                   pad_token_id=None, attn_implementation="eager")
     if family == "qwen3":
@@ -165,14 +165,14 @@ def transformers_run(model, ids):
 _RUNS = {}
 
 
-def reference(ns, family):
+def reference(ns, family, head_dim=HEAD_DIM):
     """(layers, [per sequence (calls, DynamicCache)]) of one family, made once per module run."""
-    if family not in _RUNS:
-        config, model = tiny_model(family)
+    if (family, head_dim) not in _RUNS:
+        config, model = tiny_model(family, head_dim)
         rng = np.random.default_rng(7)
         runs = [transformers_run(model, rng.integers(0, config.vocab_size, n + STEPS).tolist()) for n in PROMPTS]
-        _RUNS[family] = (layers_of(ns, family, config, model), runs)
-    return _RUNS[family]
+        _RUNS[family, head_dim] = (layers_of(ns, family, config, model), runs)
+    return _RUNS[family, head_dim]
 
 
 # ---- the backend, step by step --------------------------------------------------------------
@@ -183,32 +183,35 @@ def new_caches(layers, layout, dtype):
     return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in layers]
 
 
-def run_backend(ns, layers, runs, layout, dtype):
+def run_backend(ns, layers, runs, layout, dtype, caches=None, scales=None):
     """The prefills (one call per sequence), then STEPS decode calls with one token of each
     sequence, per layer on the input transformers' layer had. Returns the caches and
-    [(what the backend gave, what transformers gave)] per call and layer."""
-    caches = new_caches(layers, layout, dtype)
+    [(what the backend gave, what transformers gave)] per call and layer. ``caches`` and
+    ``scales`` (per layer (k, v)): quantised caches and their k_scale/v_scale."""
+    caches = new_caches(layers, layout, dtype) if caches is None else caches
+    scales = [(None, None)] * len(layers) if scales is None else scales
     pairs = []
     for s, (calls, _) in enumerate(runs):
         for i, (h, want) in enumerate(calls[0]):
             n = h.shape[0]
-            got = ns["attention"](layers[i], h, *caches[i], BLOCK_TABLES, [s] * n, np.arange(n), layout)
+            got = ns["attention"](layers[i], h, *caches[i], BLOCK_TABLES, [s] * n, np.arange(n), layout, *scales[i])
             pairs.append((got, want))
     for step in range(STEPS):
         positions = [n + step for n in PROMPTS]
         for i, layer in enumerate(layers):
             h = np.concatenate([runs[s][0][1 + step][i][0] for s in range(len(runs))])
             want = np.concatenate([runs[s][0][1 + step][i][1] for s in range(len(runs))])
-            got = ns["attention"](layer, h, *caches[i], BLOCK_TABLES, list(range(len(runs))), positions, layout)
+            got = ns["attention"](layer, h, *caches[i], BLOCK_TABLES, list(range(len(runs))), positions, layout,
+                                  *scales[i])
             pairs.append((got, want))
     return caches, pairs
 
 
-def gathered(ns, cache, table, positions, layout):
-    """A sequence's [kv_heads, len(positions), head_dim] of one cache, through its block table, in float64."""
+def gathered(ns, cache, table, positions, layout, scale=None):
+    """A sequence's [kv_heads, len(positions), head_dim] of one cache, through its block table,
+    in float64 (a quantised cache dequantised by the section's ``read``)."""
     blocks, within = np.divmod(ns["slots"](table, positions, BLOCK_SIZE), BLOCK_SIZE)
-    rows = cache[blocks, within] if layout == "NHD" else cache[blocks, :, within]
-    return rows.astype(np.float64).transpose(1, 0, 2)
+    return ns["read"](cache, scale, blocks, within, layout).transpose(1, 0, 2)
 
 
 def worst(pairs):
@@ -242,6 +245,76 @@ def test_decode_step_matches_transformers(ns, family, layout, dtype):
                 if dtype != np.float32:
                     bound = bound + BF16_HALF_ULP * np.abs(theirs)
                 assert (np.abs(got - theirs) <= bound).all(), (family, layout, s, i)
+
+
+# ---- quantised caches ---------------------------------------------------------------------
+
+QUANT_KINDS = ("int8", "float8_e4m3fn", "q8_0")
+FP8_SCALE = 2.0 ** -5   # a static scale per cache: e4m3's +-448 covers +-14, its normal range down to 2^-11
+# Tolerance of the outputs against transformers in float32, relative to the largest output
+# (each quantised key and value within the bound quant_bound checks, the softmax and o_proj
+# mixing those errors): int8 and q8_0 keep 8 bits per head or block of 32, float8 e4m3 4
+# significant bits per value. Measured (Intel Xeon family 6 model 167, avx512bf16, NHD and HND):
+# int8 9.7e-3 (Qwen3), 5.7e-3 (Gemma 3), 7.3e-3 (OLMo 2); float8 7.0e-2, 3.6e-2, 4.9e-2;
+# q8_0 8.3e-3, 9.3e-3, 1.0e-2.
+TOL_QUANT_OUT = {"int8": 3e-2, "float8_e4m3fn": 1e-1, "q8_0": 3e-2}
+
+
+def quant_caches(layers, layout, kind, head_dim):
+    """Per layer ((k_cache, v_cache), (k_scale, v_scale)) of one quantised kind."""
+    token = (NUM_BLOCKS, BLOCK_SIZE, KV_HEADS) if layout == "NHD" else (NUM_BLOCKS, KV_HEADS, BLOCK_SIZE)
+    out = []
+    for _ in layers:
+        if kind == "int8":
+            pair = tuple(np.zeros(token + (head_dim,), np.int8) for _ in range(2))
+            out.append((pair, tuple(np.zeros(token, np.float32) for _ in range(2))))
+        elif kind == "float8_e4m3fn":
+            pair = tuple(np.zeros(token + (head_dim,), ml_dtypes.float8_e4m3fn) for _ in range(2))
+            out.append((pair, (FP8_SCALE, FP8_SCALE)))
+        else:
+            pair = tuple(np.zeros(token + (head_dim // 32,), pyrope.Q8_0) for _ in range(2))
+            out.append((pair, (None, None)))
+    return out
+
+
+def quant_bound(kind, theirs):
+    """How far a stored value may lie from transformers' float32 value ``theirs`` [heads, tokens,
+    head_dim]: half a quantisation step, from the formulas (int8: s / 2 with s = amax / 127
+    per head; q8_0: d / 2 per block of 32, plus d's rounding to float16, 2^-11 of 127 steps,
+    bounded with the head's amax; float8 e4m3: half an ulp of 3 mantissa bits, 2^-4 of the
+    value, or 2^-10 * scale among subnormals), plus the float32 tolerance."""
+    amax = np.abs(theirs).max(axis=-1, keepdims=True)
+    if kind == "int8":
+        step = amax / 254
+    elif kind == "q8_0":
+        step = amax * (1 / 254 + 2.0 ** -11)
+    else:
+        step = np.maximum(np.abs(theirs) * 2.0 ** -4, 2.0 ** -10 * FP8_SCALE)
+    return step * 1.001 + TOL32 * np.abs(theirs).max()
+
+
+@pytest.mark.parametrize("kind", QUANT_KINDS)
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decode_step_over_quantised_caches(ns, family, layout, kind):
+    """The same step over int8, float8 e4m3 and q8_0 caches (heads of 32 for q8_0):
+    every stored key and value within half a quantisation step of transformers' own, the
+    outputs within TOL_QUANT_OUT."""
+    head_dim = 32 if kind == "q8_0" else HEAD_DIM
+    layers, runs = reference(ns, family, head_dim)
+    quant = quant_caches(layers, layout, kind, head_dim)
+    caches, pairs = run_backend(ns, layers, runs, layout, None, [c for c, _ in quant], [s for _, s in quant])
+    for got, want in pairs:
+        np.testing.assert_allclose(got, want, rtol=0, atol=TOL_QUANT_OUT[kind] * np.abs(want).max())
+    for s, (_, cache) in enumerate(runs):
+        total = PROMPTS[s] + STEPS
+        for i, ((k_cache, v_cache), (k_scale, v_scale)) in enumerate(quant):
+            for ours, scale, theirs in ((k_cache, k_scale, cache.layers[i].keys),
+                                        (v_cache, v_scale, cache.layers[i].values)):
+                theirs = theirs[0].numpy().astype(np.float64)
+                positions = np.arange(total - theirs.shape[1], total)
+                got = gathered(ns, ours, BLOCK_TABLES[s], positions, layout, scale)
+                assert (np.abs(got - theirs) <= quant_bound(kind, theirs)).all(), (family, layout, kind, s, i)
 
 
 MUTATIONS = {

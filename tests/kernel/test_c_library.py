@@ -5,7 +5,11 @@ pyrope.get_library_path() say. The examples in docs/examples are built with the
 commands their documentation gives and run: decode_loop.c's output is compared
 with pyrope.reference and, bit for bit, with the numpy API; paged_write.c's
 (QK-norm, rotation and a paged-cache write in one rope_rotate_staged call per
-step) bit for bit with Rope.apply and Rope.cache_write with pyrope.RMSNorm.
+step) bit for bit with Rope.apply and Rope.cache_write with pyrope.RMSNorm;
+quant_shift.c's (a q8_0 key cache and an int8 value cache written by
+rope_rotate_quantised, then a context shift moving the keys in place) bit for
+bit with Rope.cache_write and Rope.shift_keys, and the shifted keys against
+Rope.apply at their final positions within the quantisation bound.
 
 Needs cc, c++, pkg-config, nm and readelf (binutils), as building the package does."""
 import ctypes
@@ -22,12 +26,13 @@ import pyrope
 from pyrope import reference
 from pyrope._engine.binding import ffi, lib as cffi_lib
 from pyrope.scaling import Resolved
+import quant_formulas as qf
 from tolerance import assert_rotation_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "docs", "examples")
 HEADER_SOURCE = os.path.join(ROOT, "csrc", "pyrope.h")
-SOURCES = ("decode_loop.c", "paged_write.c")
+SOURCES = ("decode_loop.c", "paged_write.c", "quant_shift.c")
 # where each example's command is documented (the first is where it lives; the others must repeat it exactly)
 COMMAND_DOCS = {source: [os.path.join(EXAMPLES, "README.md"), os.path.join(EXAMPLES, source),
                          os.path.join(ROOT, "README.md")] for source in SOURCES}
@@ -56,6 +61,7 @@ MAJOR, MINOR, PATCH = (int(p) for p in pyrope.__version__.split("."))
 ENCODED = MAJOR * 10000 + MINOR * 100 + PATCH
 POSITION_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_POSITION)).decode()
 SLOT_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_SLOT)).decode()
+STAGE_REFUSED = ffi.string(cffi_lib.rope_strerror(cffi_lib.ROPE_E_STAGE)).decode()
 
 
 def shell_env():
@@ -105,6 +111,12 @@ def example(tmp_path_factory):
 def paged_example(tmp_path_factory):
     """paged_write built and run: (directory, stdout)."""
     return build_and_run(tmp_path_factory, "paged_write.c")
+
+
+@pytest.fixture(scope="module")
+def quant_example(tmp_path_factory):
+    """quant_shift built and run: (directory, stdout)."""
+    return build_and_run(tmp_path_factory, "quant_shift.c")
 
 
 def parse(stdout):
@@ -230,7 +242,8 @@ def test_example_compiles_without_warnings(tmp_path, source):
          os.path.join(EXAMPLES, source), "-o", str(tmp_path / "example.o")])
 
 
-@pytest.mark.parametrize("fixture, program", [("example", "decode_loop"), ("paged_example", "paged_write")])
+@pytest.mark.parametrize("fixture, program", [("example", "decode_loop"), ("paged_example", "paged_write"),
+                                              ("quant_example", "quant_shift")])
 def test_example_links_this_package_library(request, fixture, program):
     where, _ = request.getfixturevalue(fixture)
     ldd = run(["ldd", os.path.join(where, program)])
@@ -389,3 +402,178 @@ def test_paged_example_matches_the_numpy_api_bit_for_bit(paged_example):
     assert unwritten.any()
     for cache in (c_k_cache, c_v_cache):
         assert_same_bits(cache[unwritten], np.full(cache[unwritten].shape, out["unwritten"], np.float32), "unwritten")
+
+
+# ---- quant_shift.c: quantised caches and the context shift -------------------
+
+Q8_BYTES = cffi_lib.ROPE_Q8_0_BYTES
+
+
+def parse_quant(stdout):
+    """quant_shift's output: {"inv_freq": [floats], "unwritten": (byte, scale), "steps": [(first, tokens)],
+    "slots": {position: slot}, "vectors": {(name, position, head): {"in": float32 values}}, "shift": (dropped, moved),
+    "moves": [(slot, from, to)], "k_cache": uint8 [blocks, block_size, heads, bytes], "v_cache": int8
+    [blocks, block_size, heads, dim], "v_scale": float32 [blocks, block_size, heads], "refused": [lines]}."""
+    got = {"steps": [], "slots": {}, "vectors": {}, "moves": [], "refused": []}
+    rows = {"k_cache": {}, "v_cache": {}, "v_scale": {}}
+    for line in stdout.splitlines():
+        words = line.split()
+        what = words[0]
+        if what == "inv_freq":
+            got[what] = [float.fromhex(w) for w in words[1:]]
+        elif what == "unwritten":
+            got[what] = (int(words[1], 16), float.fromhex(words[2]))
+        elif what == "step":
+            got["steps"].append((int(words[1]), int(words[2])))
+        elif what == "slot":
+            got["slots"][int(words[1])] = int(words[2])
+        elif what in ("k", "v"):
+            values = np.array([float.fromhex(w) for w in words[4:]], dtype=np.float32)   # exact: float32 values
+            got["vectors"].setdefault((what, int(words[1]), int(words[2])), {})[words[3]] = values
+        elif what == "shift":
+            got[what] = (int(words[1]), int(words[2]))
+        elif what == "move":
+            got["moves"].append(tuple(int(w) for w in words[1:]))
+        elif what in ("k_cache", "v_cache"):
+            rows[what][tuple(int(w) for w in words[1:4])] = np.frombuffer(bytes.fromhex(words[4]), np.uint8)
+        elif what == "v_scale":
+            rows[what][tuple(int(w) for w in words[1:4])] = float.fromhex(words[4])
+        else:
+            assert what == "refused:", f"a line this test does not know: {line!r}"
+            got["refused"].append(line)
+    for name, found in rows.items():
+        shape = tuple(max(index[i] for index in found) + 1 for i in range(3))
+        assert len(found) == np.prod(shape), f"{name}: not every (block, row, head) printed"
+        if name == "v_scale":
+            cache = np.empty(shape, dtype=np.float32)   # float32 values, exact
+        else:
+            cache = np.empty(shape + (len(next(iter(found.values()))),), dtype=np.uint8)
+        for index, values in found.items():
+            cache[index] = values
+        got[name] = cache if name != "v_cache" else cache.view(np.int8)
+    assert stdout.splitlines()[-len(got["refused"]):] == got["refused"], "the refused calls are the last lines"
+    return got
+
+
+def quant_rope(out, dim):
+    return pyrope.Rope(dim, layout="interleaved",
+                       scaling=Resolved(inv_freq=out["inv_freq"], attention_factor=1.0, rule="default", params={}))
+
+
+def test_quant_example_steps_slots_and_shift(quant_example):
+    _, stdout = quant_example
+    out = parse_quant(stdout)
+    # a prefill of several tokens, then decode steps of one, over positions 0, 1, ... in order
+    steps = out["steps"]
+    assert steps[0][1] > 1 and len(steps) > 2 and all(n == 1 for _, n in steps[1:])
+    assert [first for first, _ in steps] == list(np.cumsum([0] + [n for _, n in steps[:-1]]))
+    n_tokens = steps[-1][0] + steps[-1][1]
+    blocks, block_size, heads, dim = out["v_cache"].shape
+    assert (block_size, heads, dim) == (4, 2, 128)
+    # keys: head_dim / 32 q8_0 blocks per head; a scale per (slot, head) for the values
+    assert out["k_cache"].shape == (blocks, block_size, heads, dim // 32 * Q8_BYTES)
+    assert out["v_scale"].shape == (blocks, block_size, heads)
+    # one slot per token, within the cache, none twice; a token's row in its block is its position's
+    slots = out["slots"]
+    assert sorted(slots) == list(range(n_tokens))
+    assert len(set(slots.values())) == n_tokens and all(0 <= s < blocks * block_size for s in slots.values())
+    assert all(s % block_size == p % block_size for p, s in slots.items())
+    table = [slots[p] // block_size for p in range(0, n_tokens, block_size)]
+    assert table != sorted(table) and len(table) < blocks
+    # the shift: the first tokens dropped, every later key moved by -dropped in its own slot
+    dropped, moved = out["shift"]
+    assert 0 < dropped < n_tokens and moved == n_tokens - dropped
+    assert out["moves"] == [(slots[p], p, p - dropped) for p in range(dropped, n_tokens)]
+    assert np.all(np.abs(np.array(out["inv_freq"]) - reference.pair_frequencies(dim, 1e4))
+                  <= np.spacing(reference.pair_frequencies(dim, 1e4)))
+    # refused before anything is written: a slot just past the cache, in_place without slots
+    n_slots = blocks * block_size
+    assert out["refused"] == [
+        f"refused: shift to slot {n_slots} of a {n_slots}-slot cache: {SLOT_REFUSED}; caches untouched: yes",
+        f"refused: in_place without slots: {STAGE_REFUSED}; caches untouched: yes"]
+
+
+def test_quant_example_matches_the_numpy_api_bit_for_bit(quant_example):
+    # the same writes with Rope.cache_write, the same shift with Rope.shift_keys, on numpy caches
+    # starting from the same bytes: the same bytes and scale bits everywhere
+    _, stdout = quant_example
+    out = parse_quant(stdout)
+    vectors, slots = out["vectors"], out["slots"]
+    blocks, block_size, n_kv, dim = out["v_cache"].shape
+    rope = quant_rope(out, dim)
+    byte, scale = out["unwritten"]
+    k_cache = np.full(out["k_cache"].shape, byte, dtype=np.uint8)   # q8_0 blocks as their bytes
+    v_cache = np.full(out["v_cache"].shape, byte, dtype=np.uint8).view(np.int8)
+    v_scale = np.full(out["v_scale"].shape, scale, dtype=np.float32)
+    for first, n in out["steps"]:
+        positions = range(first, first + n)
+        k, v = stacked(vectors, "k", positions, n_kv), stacked(vectors, "v", positions, n_kv)
+        slot_mapping = np.array([slots[p] for p in positions], dtype=np.int64)
+        rope.cache_write(k, v, k_cache, v_cache, slot_mapping, offset=first, v_scale=v_scale)
+    written = k_cache.copy()
+    moves = np.array(out["moves"], dtype=np.int64)
+    rope.shift_keys(k_cache, moves[:, 0], moves[:, 1], moves[:, 2])
+    assert np.array_equal(out["k_cache"], k_cache), "k_cache (q8_0 bytes)"
+    assert np.array_equal(out["v_cache"], v_cache), "v_cache (int8)"
+    assert_same_bits(out["v_scale"], v_scale, "v_scale")
+    # the shift moved every key it lists (and only those): the dropped ones keep their written bytes
+    moved = np.zeros((blocks, block_size), dtype=bool)
+    for s in moves[:, 0]:
+        moved[s // block_size, s % block_size] = True
+    assert np.array_equal(out["k_cache"][~moved], written[~moved])
+    assert all(not np.array_equal(out["k_cache"][s // block_size, s % block_size, h],
+                                  written[s // block_size, s % block_size, h]) for s in moves[:, 0] for h in range(n_kv))
+    # values by the int8 formula written again (tests/support/quant_formulas.py), independently of pyrope
+    for p, s in slots.items():
+        q, s_head = qf.int8(stacked(vectors, "v", [p], n_kv)[0])
+        assert np.array_equal(out["v_cache"][s // block_size, s % block_size], q), f"v {p}"
+        assert_same_bits(out["v_scale"][s // block_size, s % block_size], s_head, f"v_scale {p}")
+    # the slots no step wrote keep their initial bytes and scales
+    unwritten = np.ones((blocks, block_size), dtype=bool)
+    for s in slots.values():
+        unwritten[s // block_size, s % block_size] = False
+    assert unwritten.any()
+    assert np.all(out["k_cache"][unwritten] == byte) and np.all(out["v_cache"][unwritten].view(np.uint8) == byte)
+    assert_same_bits(out["v_scale"][unwritten], np.full(out["v_scale"][unwritten].shape, scale, np.float32),
+                     "unwritten v_scale")
+
+
+def q8_0_error_bound(keys):
+    """The most a coordinate of keys ``[..., dim]`` (adjacent pairs) may be off after a q8_0 write and one
+    shift: a q8_0 value is ``qs * d16``, ``d = amax / 127`` over its 32 values and ``d16`` its float16
+    rounding, so it is within ``d/2 + 127 |d - d16| < 0.563 d`` of the value; amax <= M, the head's largest
+    pair norm, which rotations keep. Written: <= 0.563 M/127 per coordinate; rotated (a pair's error keeps its
+    norm): <= sqrt(2) * 0.563 M/127; quantised again (amax <= 1.01 M): 0.563 * 1.01 M/127 more. In all
+    < 1.37 M/127; float32's roundings of the rotation are far below."""
+    pairs = keys.reshape(keys.shape[:-1] + (-1, 2)).astype(np.float64)
+    return 1.4 * np.sqrt((pairs ** 2).sum(-1)).max(-1) / 127
+
+
+def test_quant_example_shifted_keys_are_the_keys_at_their_new_positions(quant_example):
+    # independently of shift_keys: each moved key, dequantised, is its input rotated at its final
+    # position (Rope.apply) within the quantisation bound; not so at its old position nor one off
+    # the new (a wrong shift fails here); a dropped key is still its input at its old position
+    _, stdout = quant_example
+    out = parse_quant(stdout)
+    vectors, slots = out["vectors"], out["slots"]
+    blocks, block_size, n_kv, dim = out["v_cache"].shape
+    rope = quant_rope(out, dim)
+    keys = pyrope.dequantize(out["k_cache"])
+    assert keys.shape == (blocks, block_size, n_kv, dim)
+    final = {p: to for _, p, to in out["moves"]}
+    dropped, _ = out["shift"]
+    for p, s in slots.items():
+        k = stacked(vectors, "k", [p], n_kv)[0]
+        got = keys[s // block_size, s % block_size]
+        bound = q8_0_error_bound(k)
+
+        def error(position):
+            return np.abs(got - rope.apply(k[None], offset=position)[0]).max(-1)
+
+        if p < dropped:
+            assert p not in final
+            assert np.all(error(p) <= bound), f"dropped key {p}: {error(p)} > {bound}"
+            continue
+        assert np.all(error(final[p]) <= bound), f"key {p} moved to {final[p]}: {error(final[p])} > {bound}"
+        for wrong in (p, final[p] - 1, final[p] + 1):
+            assert np.all(error(wrong) > bound), f"key {p} also passes at position {wrong}"

@@ -46,6 +46,17 @@ def q8_0(x):
     return blocks.reshape(x.shape[:-1] + (x.shape[-1] // 32 * 34,))
 
 
+def quantised(kind, x, scale=None):
+    """``(bytes [..., n], scales or None)`` of float32 heads ``x [..., head_dim]`` quantised as
+    ``kind`` ("int8", "fp8" with its static ``scale``, "q8_0")."""
+    if kind == "int8":
+        q, s = int8(x)
+        return q.view(np.uint8), s
+    if kind == "fp8":
+        return fp8(x, scale), None
+    return q8_0(x), None
+
+
 def q8_0_formula(x):
     """q8_0 blocks of float32 ``x [..., head_dim]`` by ggml's formulas written
     out (quantize_row_q8_0_ref), with the clip to +-127 where ggml converts

@@ -32,7 +32,7 @@ CORE = {
     "pyrope._rules", "pyrope._rules.dynamic", "pyrope._rules.correctly_rounded",
     "pyrope.scaling", "pyrope.config", "pyrope.contract", "pyrope.rope", "pyrope.positions", "pyrope.onnx_interop",
     "pyrope.cache", "pyrope.layout", "pyrope.prepared", "pyrope.norm", "pyrope._engine.stages",
-    "pyrope._engine.paged",
+    "pyrope._engine.paged", "pyrope._engine.quantised", "pyrope.quant", "pyrope._ops.shift",
 }
 TOOLS = ("check", "testing", "reference", "cli", "demo", "spectrum", "benchmark")
 

@@ -1,7 +1,9 @@
 /* The AVX2 entry of the instruction-set registry: AVX2 + FMA + F16C with OS
  * support for YMM state. Its kernels live beside it, in rotate_avx2_*.c,
- * stage_avx2.c and table_avx2.c; this file detects the CPU, names the
- * kernels it replaces and holds the yardstick's 256-bit pass. */
+ * stage_avx2.c, quant_avx2.c and table_avx2.c; this file detects the CPU,
+ * names the kernels it replaces (the rotations, the stages and the
+ * quantisers of every storage type and kind, the float32 table, the pass)
+ * and holds the yardstick's 256-bit pass. */
 #include "core/kernels.h"
 
 #ifdef ROPE_HAVE_X86
@@ -28,6 +30,12 @@ void rope_table_f32_avx2(ROPE_TABLE_PARAMS);
 ROPE_AVX2_TYPES(ROPE_DECLARE_AVX2_STAGE_)
 void rope_narrow_double_f32_avx2(const void *in, int64_t n, void *out);
 void rope_narrow_double_f64_avx2(const void *in, int64_t n, void *out);
+/* The quantisers (quant_avx2.c), one pair per ROPE_QUANT_* kind. */
+#define ROPE_AVX2_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
+#define ROPE_DECLARE_AVX2_QUANT_(code, kind)                                   \
+    void rope_quantise_##kind##_avx2(const float *in, int64_t n, void *out, float *scale); \
+    void rope_dequantise_##kind##_avx2(const void *in, int64_t n, float scale, float *out);
+ROPE_AVX2_QUANTS(ROPE_DECLARE_AVX2_QUANT_)
 
 static int avx2_supported(void)
 {
@@ -75,10 +83,14 @@ __attribute__((target("avx2"))) static void pass_avx2(unsigned char *p, int64_t 
     k->normalise[code] = rope_normalise_##sfx##_avx2;                          \
     k->widen[code] = rope_widen_##sfx##_avx2;                                  \
     k->narrow_float[code] = rope_narrow_float_##sfx##_avx2;
+#define ROPE_AVX2_QUANT_(code, kind)                                           \
+    k->quantise[code] = rope_quantise_##kind##_avx2;                           \
+    k->dequantise[code] = rope_dequantise_##kind##_avx2;
 
 static void avx2_override(rope_kernels *k)
 {
     ROPE_AVX2_TYPES(ROPE_AVX2_ROW_)
+    ROPE_AVX2_QUANTS(ROPE_AVX2_QUANT_)
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx2;
     k->narrow_double[ROPE_F64] = rope_narrow_double_f64_avx2;
     k->table_f32 = rope_table_f32_avx2;

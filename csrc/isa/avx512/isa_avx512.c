@@ -7,9 +7,11 @@
  * dispatch.c, says so): each starts from its base's kernels (a storage type
  * or table without an AVX-512 kernel keeps its AVX2 one), is supported only
  * where its base is, and replaces what it does better. The kernels live
- * beside it, in rotate_avx512_*.c and stage_avx512.c; this file detects
- * the CPU, names the kernels each entry replaces and holds the yardstick's
- * 512-bit pass.
+ * beside it, in rotate_avx512_*.c, stage_avx512.c and quant_avx512.c; this
+ * file detects the CPU, names the kernels each entry replaces ("avx512":
+ * the rotations, most stage kernels, the quantisers of every kind and the
+ * pass; "avx512bf16": bfloat16's rotations and narrowing) and holds the
+ * yardstick's 512-bit pass.
  * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
  * the specification (float32 arithmetic, one rounding on store), and
  * nothing for the conversions F already has: no entry uses it. */
@@ -55,6 +57,12 @@ void rope_narrow_float_bf16_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_f64_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_double_f32_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_bf16_avx512bf16(const void *in, int64_t n, void *out);
+/* The quantisers (quant_avx512.c), one pair per ROPE_QUANT_* kind. */
+#define ROPE_AVX512_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
+#define ROPE_DECLARE_AVX512_QUANT_(code, kind)                                 \
+    void rope_quantise_##kind##_avx512(const float *in, int64_t n, void *out, float *scale); \
+    void rope_dequantise_##kind##_avx512(const void *in, int64_t n, float scale, float *out);
+ROPE_AVX512_QUANTS(ROPE_DECLARE_AVX512_QUANT_)
 
 /* CPUID leaf 7 bits and the XCR0 state the OS must save. */
 #define EBX7_AVX512F (1u << 16)
@@ -114,6 +122,9 @@ ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
     k->sumsq[code] = rope_sumsq_##sfx##_avx512;                                \
     k->normalise[code] = rope_normalise_##sfx##_avx512;
 #define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
+#define ROPE_AVX512_QUANT_(code, kind)                                         \
+    k->quantise[code] = rope_quantise_##kind##_avx512;                         \
+    k->dequantise[code] = rope_dequantise_##kind##_avx512;
 
 static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
 {
@@ -124,6 +135,7 @@ static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
     k->narrow_float[ROPE_BF16] = rope_narrow_float_bf16_avx512;
     k->narrow_float[ROPE_F64] = rope_narrow_float_f64_avx512;
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx512;
+    ROPE_AVX512_QUANTS(ROPE_AVX512_QUANT_)
     k->pass = pass_avx512;
 }
 

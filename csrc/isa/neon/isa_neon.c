@@ -5,10 +5,12 @@
  *               bfloat16 in one instruction (Linux: HWCAP2_BF16).
  * "neonbf16" builds on "neon" (the registry, dispatch.c, says so): it
  * starts from its kernels and is supported only where it is.
- * The kernels live beside it, in rotate_neon_*.c and stage_neon.c
- * (bit-identical to the scalar ones; rotate_neon.h); this file detects the
- * CPU, names the kernels each entry
- * replaces and holds the yardstick's NEON pass. Both entries are defined on
+ * The kernels live beside it, in rotate_neon_*.c, stage_neon.c and
+ * quant_neon.c (bit-identical to the scalar ones; rotate_neon.h); this file
+ * detects the CPU, names the kernels each entry replaces ("neon": the
+ * rotations, the stages and the quantisers of every storage type and kind,
+ * the pass; "neonbf16": bfloat16's rotations and narrowing) and holds the
+ * yardstick's NEON pass. Both entries are defined on
  * every platform; elsewhere they are not supported. The cos/sin tables stay
  * scalar. */
 #include "rotate_neon.h"
@@ -45,6 +47,12 @@ ROPE_NEON_TYPES(ROPE_DECLARE_NEON_STAGE_)
 void rope_narrow_double_f32_neon(const void *in, int64_t n, void *out);
 void rope_narrow_double_f64_neon(const void *in, int64_t n, void *out);
 void rope_narrow_float_bf16_neonbf16(const void *in, int64_t n, void *out);
+/* The quantisers (quant_neon.c), one pair per ROPE_QUANT_* kind. */
+#define ROPE_NEON_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
+#define ROPE_DECLARE_NEON_QUANT_(code, kind)                                   \
+    void rope_quantise_##kind##_neon(const float *in, int64_t n, void *out, float *scale); \
+    void rope_dequantise_##kind##_neon(const void *in, int64_t n, float scale, float *out);
+ROPE_NEON_QUANTS(ROPE_DECLARE_NEON_QUANT_)
 
 static int neon_supported(void) { return 1; }
 
@@ -81,10 +89,14 @@ static void pass_neon(unsigned char *p, int64_t n, uint32_t mask)
     k->normalise[code] = rope_normalise_##sfx##_neon;                          \
     k->widen[code] = rope_widen_##sfx##_neon;                                  \
     k->narrow_float[code] = rope_narrow_float_##sfx##_neon;
+#define ROPE_NEON_QUANT_(code, kind)                                           \
+    k->quantise[code] = rope_quantise_##kind##_neon;                           \
+    k->dequantise[code] = rope_dequantise_##kind##_neon;
 
 static void neon_override(rope_kernels *k)
 {
     ROPE_NEON_TYPES(ROPE_NEON_ROW_)
+    ROPE_NEON_QUANTS(ROPE_NEON_QUANT_)
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_neon;
     k->narrow_double[ROPE_F64] = rope_narrow_double_f64_neon;
     k->pass = pass_neon;
