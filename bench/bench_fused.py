@@ -186,14 +186,7 @@ def _numpy_rms_norm(x, w, eps, dtype):
     return y.astype(dtype, copy=False)
 
 
-@contextlib.contextmanager
-def _torch_threads(n):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+_torch_threads = _method.torch_threads
 
 
 class _Contender:
@@ -444,36 +437,10 @@ class Case(_method.Rounds):
 
 # ---- the report --------------------------------------------------------------------
 
-def _per_round(row):
-    """{contender: array of per-round seconds}, threaded contenders merged (the faster per round)."""
-    n = row["rounds"]
-    out = {}
-    for key, t in row["times"].items():
-        name = key.split(" @")[0]
-        t = np.array(t[-n:], dtype=float)
-        out[name] = np.minimum(out[name], t) if name in out else t
-    return out
-
-
-def ratio(row, num, den):
-    """(median, q1, q3) of the per-round ratios time[num] / time[den], or None."""
-    t = _per_round(row)
-    if num not in t or den not in t:
-        return None
-    q1, med, q3 = np.percentile(t[num] / t[den], [25, 50, 75])
-    return float(med), float(q1), float(q3)
-
-
-def _t(seconds):
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.2f} ms"
-    return f"{seconds * 1e6:.1f} us"
-
-
-def _r(value, iqr=False):
-    if value is None:
-        return "n/a"
-    return f"{value[0]:.2f} ({value[1]:.2f}-{value[2]:.2f})" if iqr else f"{value[0]:.2f}"
+_per_round = _method.per_round
+ratio = _method.round_ratio
+_t = _bench_report.short_time
+_r = _bench_report.ratio_text
 
 
 def _case_heading(row, rounds):

@@ -25,14 +25,13 @@ angles off by up to about position * 2**-21, bfloat16 tables).
 ``python bench/bench_transformers.py [rounds]`` prints the table;
 ``python -m pytest bench/bench_transformers.py -q`` runs it as one benchmark.
 """
-import contextlib
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from pyrope._bench.method import IDLE, WARM
+from pyrope._bench.method import IDLE, WARM, torch_threads
 
 try:
     import torch
@@ -74,14 +73,6 @@ def inputs(start, n, dtype):
     return x, positions, q, k
 
 
-@contextlib.contextmanager
-def torch_threads(n):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def timed(call):

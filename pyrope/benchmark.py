@@ -375,14 +375,7 @@ class Case(timing.Rounds):
         return out
 
 
-@contextlib.contextmanager
-def _torch_threads(n):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+_torch_threads = timing.torch_threads
 
 
 def _ratio(num, den):

@@ -2,6 +2,8 @@
 instruction set, one definition read by the timing (:mod:`pyrope.benchmark`,
 the scripts under bench/) and by the report that states it
 (``pyrope._bench.report``), which therefore never imports the benchmark."""
+import contextlib
+import sys
 import time
 
 IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
@@ -63,6 +65,42 @@ class Rounds:
         self.one_round(calibrate=True)
         for _ in range(rounds or self.default_rounds):
             self.one_round()
+
+
+@contextlib.contextmanager
+def torch_threads(n):
+    """Run the body with torch on ``n`` threads (torch is the caller's, already imported)."""
+    torch = sys.modules["torch"]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def per_round(row):
+    """{contender: array of per-round seconds} of a saved case (``row["times"]`` keyed
+    ``name`` or ``"name @threads"``, the last ``row["rounds"]`` of each kept), a threaded
+    contender's thread counts merged: the faster per round."""
+    import numpy as np
+    n = row["rounds"]
+    out = {}
+    for key, t in row["times"].items():
+        name = key.split(" @")[0]
+        t = np.array(t[-n:], dtype=float)
+        out[name] = np.minimum(out[name], t) if name in out else t
+    return out
+
+
+def round_ratio(row, num, den):
+    """(median, q1, q3) of the per-round ratios time[num] / time[den] of a saved case, or None."""
+    import numpy as np
+    t = per_round(row)
+    if num not in t or den not in t:
+        return None
+    q1, med, q3 = np.percentile(t[num] / t[den], [25, 50, 75])
+    return float(med), float(q1), float(q3)
 
 
 def block_reps(warm):

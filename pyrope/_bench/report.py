@@ -133,6 +133,20 @@ def _t(seconds):
     return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} us"
 
 
+def short_time(seconds):
+    """A time as the bench scripts' tables print it (2 decimals in ms, 1 in us)."""
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def ratio_text(value, iqr=False):
+    """A (median, q1, q3) ratio as the bench scripts' tables print it ("n/a": none)."""
+    if value is None:
+        return "n/a"
+    return f"{value[0]:.2f} ({value[1]:.2f}-{value[2]:.2f})" if iqr else f"{value[0]:.2f}"
+
+
 def _x(v):
     return "—" if v is None else f"{v:.2f}"
 
