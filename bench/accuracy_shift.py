@@ -49,7 +49,6 @@ import ml_dtypes  # noqa: E402
 import pyrope  # noqa: E402
 from pyrope._bench import report as _report  # noqa: E402
 import ggml_shift  # noqa: E402
-import quant_formulas as qf  # noqa: E402
 
 F8 = np.dtype(ml_dtypes.float8_e4m3fn)
 KINDS = ("int8", "fp8", "q8_0", "float32")
@@ -102,44 +101,6 @@ class Cache:
         return np.asarray(v, np.float32).reshape(self.tokens, self.heads, HEAD_DIM)
 
 
-class Ggml:
-    """The same cache moved as llama.cpp moves it (tests/support/ggml_shift.py)."""
-
-    def __init__(self, cache):
-        self.kind = cache.kind
-        flat = cache.data.reshape(cache.tokens, cache.heads, -1)
-        if self.kind == "q8_0":
-            self.state = flat.view(ggml_shift.Q8_0).copy()
-        elif self.kind == "int8":
-            self.state = (flat.copy(), cache.scale.reshape(cache.tokens, cache.heads).copy())
-        elif self.kind == "fp8":
-            self.state = flat.view(np.uint8).copy()
-        else:
-            self.state = flat.copy()
-
-    def values(self):
-        if self.kind == "q8_0":
-            return ggml_shift.dequantize_q8_0(self.state)
-        if self.kind == "int8":
-            q, s = self.state
-            return q.astype(np.float32) * s[..., None]
-        if self.kind == "fp8":
-            return self.state.view(F8).astype(np.float32) * np.float32(FP8_SCALE)
-        return self.state
-
-    def shift(self, delta, base, layout):
-        if self.kind == "q8_0":
-            self.state = ggml_shift.k_shift_q8_0(self.state, delta, base, layout)
-            return
-        x = ggml_shift.rope_f32(self.values(), delta, base, layout)
-        if self.kind == "int8":
-            self.state = qf.int8(x)
-        elif self.kind == "fp8":
-            self.state = qf.fp8(x, FP8_SCALE)
-        else:
-            self.state = x
-
-
 def pairs(x, layout):
     """The two coordinates of every rotated pair of ``x [..., head_dim]``."""
     h = x.shape[-1] // 2
@@ -187,7 +148,7 @@ def run_case(base, layout, tokens, heads, seed):
     rows = []
     for kind in KINDS:
         cache = Cache(kind, tokens, heads).write(rope, k, P0 + t)
-        ggml = Ggml(cache)
+        ggml = ggml_shift.KShift(cache.kind, cache.data, cache.scale, cache.tokens, cache.heads, FP8_SCALE)
         start = P0
         for n, delta in enumerate(deltas, 1):
             cache.shift(rope, start + t, start + delta + t)

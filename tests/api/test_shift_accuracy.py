@@ -45,7 +45,6 @@ import pytest
 
 import ggml_shift
 import pyrope
-import quant_formulas as qf
 from pyrope import Rope
 
 F8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -118,34 +117,6 @@ def stage_bound(kind, cache, scale, layout):
     return per_pair(term, term, layout, h)
 
 
-class Ggml:
-    """llama.cpp's sequence from the same first cache (tests/support/ggml_shift.py)."""
-
-    def __init__(self, kind, cache, scale):
-        self.kind = kind
-        flat = cache.reshape(T, H, -1)
-        self.state = {"q8_0": lambda: flat.view(ggml_shift.Q8_0).copy(),
-                      "int8": lambda: (flat.copy(), scale.reshape(T, H).copy()),
-                      "fp8": lambda: flat.view(np.uint8).copy(),
-                      "float32": lambda: flat.copy()}[kind]()
-
-    def values(self):
-        if self.kind == "q8_0":
-            return ggml_shift.dequantize_q8_0(self.state)
-        if self.kind == "int8":
-            return self.state[0].astype(np.float32) * self.state[1][..., None]
-        if self.kind == "fp8":
-            return self.state.view(F8).astype(np.float32) * np.float32(FP8_SCALE)
-        return self.state
-
-    def shift(self, delta, base, layout):
-        if self.kind == "q8_0":
-            self.state = ggml_shift.k_shift_q8_0(self.state, delta, base, layout)
-            return
-        x = ggml_shift.rope_f32(self.values(), delta, base, layout)
-        self.state = qf.int8(x) if self.kind == "int8" else qf.fp8(x, FP8_SCALE) if self.kind == "fp8" else x
-
-
 @pytest.mark.parametrize("kind", ["int8", "fp8", "q8_0", "float32"])
 @pytest.mark.parametrize("base, layout", [(500000.0, "interleaved"), (10000.0, "split_half")])
 def test_ten_shifts_stay_within_the_rounding_bound(kind, base, layout):
@@ -158,7 +129,7 @@ def test_ten_shifts_stay_within_the_rounding_bound(kind, base, layout):
     cache, scale = new_cache(kind)
     rope.cache_write(k, None, cache, None, slots, positions=P0 + t, k_scale=scale)
     bound = stage_bound(kind, cache, scale, layout)
-    ggml = Ggml(kind, cache, scale)
+    ggml = ggml_shift.KShift(kind, cache, scale, T, H, FP8_SCALE)
     start = P0
     for delta in deltas:
         rope.shift_keys(cache, slots, start + t, start + delta + t, k_scale=scale)

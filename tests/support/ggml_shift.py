@@ -218,3 +218,51 @@ def k_shift_q8_0(blocks, shift, freq_base, layout, quantize=quantize_q8_0_cpu):
 def k_shift_f32(x, shift, freq_base, layout):
     """One K-shift of a float32 cache: ggml_rope_ext_inplace, no cast."""
     return rope_f32(x, shift, freq_base, layout)
+
+
+class KShift:
+    """A cache of ``tokens x heads`` keys of one kind ("q8_0", "int8", "fp8", "float32"),
+    moved shift after shift as llama.cpp moves it: q8_0 by :func:`k_shift_q8_0`; int8
+    and float8 (which llama.cpp lacks: the same cast, ggml rope, cast back) dequantised,
+    rotated by :func:`rope_f32` and quantised by the formulas of quant_formulas.py;
+    float32 rotated in place. ``cache``, ``scale``: the first cache and its int8 scales
+    (float8: ``fp8_scale``)."""
+
+    def __init__(self, kind, cache, scale, tokens, heads, fp8_scale):
+        import quant_formulas
+        self.kind, self.fp8_scale, self._quant = kind, fp8_scale, quant_formulas
+        flat = np.asarray(cache).reshape(tokens, heads, -1)
+        if kind == "q8_0":
+            self.state = flat.view(Q8_0).copy()
+        elif kind == "int8":
+            self.state = (flat.copy(), np.asarray(scale).reshape(tokens, heads).copy())
+        elif kind == "fp8":
+            self.state = flat.view(np.uint8).copy()
+        else:
+            self.state = flat.copy()
+
+    def values(self):
+        """float32 ``[tokens, heads, head_dim]`` of what the cache holds."""
+        if self.kind == "q8_0":
+            return dequantize_q8_0(self.state)
+        if self.kind == "int8":
+            q, s = self.state
+            return q.astype(F32) * s[..., None]
+        if self.kind == "fp8":
+            import ml_dtypes
+            return self.state.view(ml_dtypes.float8_e4m3fn).astype(F32) * F32(self.fp8_scale)
+        return self.state
+
+    def shift(self, delta, base, layout):
+        """Every key moved by ``delta`` positions (an int, or one per token)."""
+        if self.kind == "q8_0":
+            self.state = k_shift_q8_0(self.state, delta, base, layout)
+            return
+        x = rope_f32(self.values(), delta, base, layout)
+        if self.kind == "int8":
+            self.state = self._quant.int8(x)
+        elif self.kind == "fp8":
+            self.state = self._quant.fp8(x, self.fp8_scale)
+        else:
+            self.state = x
+
