@@ -109,7 +109,6 @@ import contextlib
 import cProfile
 import functools
 import io
-import json
 import pstats
 import sys
 import time
@@ -119,7 +118,7 @@ import numpy as np
 import ml_dtypes   # the bench extra installs it: the float8 and bfloat16 cases always run
 import pyrope
 from pyrope import Rope, reference
-from pyrope._bench import method as _method, report as _bench_report
+from pyrope._bench import method as _method, profile as _profile, report as _bench_report
 from pyrope.benchmark import placed
 
 try:
@@ -801,13 +800,9 @@ def format_run(rows, machine):
         lines.append(f"- {t['name']}: {'HOLDS' if t['holds'] else 'MISSED'} ({t['held']} of {t['count']}; "
                      f"worst {t['worst']:.2f} at {t['where']})")
     lines.append("")
-    lines.append(f"load average (1, 5, 15 min) at start {_fmt_load(machine.get('load_average'))}, at end "
-                 f"{_fmt_load(machine.get('load_average_end'))}")
+    lines.append(f"load average (1, 5, 15 min) at start {_bench_report.load_text(machine.get('load_average'))}, at end "
+                 f"{_bench_report.load_text(machine.get('load_average_end'))}")
     return "\n".join(lines)
-
-
-def _fmt_load(values):
-    return "n/a" if not values else " ".join(f"{v:.2f}" for v in values)
 
 
 def targets(rows):
@@ -835,21 +830,11 @@ def write_json(path, rows, machine):
     """The run: machine, method, one row per case x dtype (per-round times), targets; a row per line."""
     data = _bench_report.rounded({"format": FORMAT, "machine": machine, "method": _method.method(),
                                   "targets": targets(rows)})
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("{\n")
-        for key, value in data.items():
-            f.write(f" {json.dumps(key)}: {json.dumps(value)},\n")
-        f.write(' "rows": [\n')
-        f.write(",\n".join("  " + json.dumps(_bench_report.rounded(r)) for r in rows))
-        f.write("\n ]\n}\n")
+    _bench_report.write_lines(path, data, [_bench_report.rounded(r) for r in rows])
 
 
 def read_json(path):
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} file (format {data.get('format')!r})")
-    return data["rows"], data["machine"]
+    return _bench_report.read_saved(path, FORMAT)
 
 
 # ---- running -----------------------------------------------------------------------
@@ -875,57 +860,6 @@ def run(cases=tuple(CASES), dtypes=tuple(DTYPES), rounds=None, progress=None):
             progress(f"{case} {dtype}")
     machine["load_average_end"] = _bench_report.machine_info()["load_average"]
     return rows, machine
-
-
-def _c_time(call, repeats, blocks=5):
-    """Seconds per C call of ``call()``'s one ``rope_rotate``/``rope_rotate_staged``/
-    ``rope_rotate_quantised``, per block: inside the call (its arrays alive), the
-    same C call repeated ``repeats`` times, ``blocks`` times over; then the call
-    completes normally."""
-    from pyrope._engine import launcher
-    found = []
-
-    def timing(real):
-        def wrapped(*args):
-            real(*args)
-            for _ in range(blocks):
-                t0 = time.perf_counter()
-                for _ in range(repeats):
-                    real(*args)
-                found.append((time.perf_counter() - t0) / repeats)
-            return real(*args)
-        return wrapped
-    names = ("_rotate", "_rotate_staged", "_rotate_quantised")
-    saved = [getattr(launcher, n) for n in names]
-    for n, real in zip(names, saved):
-        setattr(launcher, n, timing(real))
-    try:
-        call()
-    finally:
-        for n, real in zip(names, saved):
-            setattr(launcher, n, real)
-    return found
-
-
-def _whole_time(call, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        call()
-    return (time.perf_counter() - t0) / n
-
-
-def split(call, n, repeats=7):
-    """(whole call, its C call, the rest), medians of ``repeats`` alternating
-    blocks of ``n`` whole calls and ``n`` C calls (the rest: of the per-block
-    differences), seconds."""
-    for _ in range(max(3, n // 10)):
-        call()
-    whole, c_only = [], []
-    for _ in range(repeats):
-        whole.append(_whole_time(call, n))
-        c_only.append(float(np.median(_c_time(call, n, 1))))
-    whole, c_only = np.array(whole), np.array(c_only)
-    return float(np.median(whole)), float(np.median(c_only)), float(np.median(whole - c_only))
 
 
 def _pass_times(passes, n, repeats=5):
@@ -975,7 +909,7 @@ def profile(dtype="float32", cases=tuple(CASES), top=20):
             for t in sorted({threads, 1}, reverse=True):
                 pyrope.set_num_threads(t)
                 try:
-                    whole, c_only, rest = split(call, n)
+                    whole, c_only, rest = _profile.split(call, n)
                 finally:
                     pyrope.set_num_threads(threads)
                 if name == plain:

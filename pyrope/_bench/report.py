@@ -112,8 +112,8 @@ def machine_lines(machine):
              f"pyrope ISA: {machine['isa']} (pyrope.get_isa(); supported: {', '.join(machine['supported_isas'])}); "
              f"yardstick pass under {machine.get('yardstick_isa', '?')}; "
              f"{machine.get('threads')} threads; Python {v.get('python')}, {peers}",
-             f"Run {machine.get('date')}; load average (1, 5, 15 min) at start {_load(machine.get('load_average'))}"
-             + (f", at end {_load(machine['load_average_end'])}" if machine.get("load_average_end") else "")]
+             f"Run {machine.get('date')}; load average (1, 5, 15 min) at start {load_text(machine.get('load_average'))}"
+             + (f", at end {load_text(machine['load_average_end'])}" if machine.get("load_average_end") else "")]
     ext = machine.get("extension")
     if ext and not ext.get("beside_package"):
         lines.append("WARNING: the C extension measured was not built in this checkout (it was loaded from "
@@ -121,7 +121,8 @@ def machine_lines(machine):
     return lines
 
 
-def _load(values):
+def load_text(values):
+    """Load averages as a run's report prints them ("n/a": not read)."""
     return "n/a" if not values else " ".join(f"{v:.2f}" for v in values)
 
 
@@ -336,6 +337,11 @@ def write_json(path, rows, machine):
     small and diff line by line), floats to 5 significant digits."""
     data = rounded(to_json(rows, machine))
     rows = data.pop("rows")
+    write_lines(path, data, rows)
+
+
+def write_lines(path, data, rows):
+    """A saved run: the items of ``data``, then ``"rows"``, one row per line."""
     with open(path, "w", encoding="utf-8") as f:
         f.write("{\n")
         for key, value in data.items():
@@ -343,6 +349,15 @@ def write_json(path, rows, machine):
         f.write(' "rows": [\n')
         f.write(",\n".join("  " + json.dumps(r) for r in rows))
         f.write("\n ]\n}\n")
+
+
+def read_saved(path, fmt):
+    """(rows, machine) of a saved run of format ``fmt`` (a ValueError for another file)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    if data.get("format") != fmt:
+        raise ValueError(f"{path}: not a {fmt} file (format {data.get('format')!r})")
+    return data["rows"], data["machine"]
 
 
 def as_saved(rows, machine):
