@@ -1324,6 +1324,57 @@ static uint32_t f32_bits(float f)
     return u;
 }
 
+/* The angles of a staged or quantised call, from the fuzz bytes (offset, list
+ * or offset, table or on the fly, the positions, the table's rows): the
+ * positions, frequencies and table rows they point into, owned here. */
+typedef struct {
+    rope_angles angles;
+    int64_t *pos;
+    double *wf;
+    void *cosb, *sinb;
+    size_t rsize;   /* bytes per table entry */
+    int list, otf;  /* positions from the list; on the fly: the table is not read */
+} fuzz_angles;
+
+static void take_angles(reader *r, int dtype, int64_t rotary_dim, int64_t ns, int64_t n_tok, fuzz_angles *fa)
+{
+    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
+    const int64_t offset = take_small(r, -3, 40);
+    const int list = (int)(take(r, 1) & 1), otf = (int)(take(r, 1) & 1);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
+    for (int64_t i = 0; i < n_tok; i++)
+        pos[i] = take_small(r, -3, 44);
+    const int64_t table_start = -3, table_rows = take_small(r, 0, 50);
+    const int wide = dtype == ROPE_F64;
+    const size_t rsize = wide ? sizeof(double) : sizeof(float);
+    const int64_t hh = half > 0 && half <= 4096 ? half : 1;
+    double *wf = xmalloc(sizeof(double) * (size_t)hh);
+    for (int64_t i = 0; i < hh; i++)
+        wf[i] = pow(10000.0, -2.0 * (double)i / (double)(2 * hh));
+    void *cosb = xmalloc(rsize * (size_t)(table_rows * hh + 1)), *sinb = xmalloc(rsize * (size_t)(table_rows * hh + 1));
+    if (table_rows > 0) {
+        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)table_rows);
+        for (int64_t i = 0; i < table_rows; i++)
+            run[i] = table_start + i;
+        if (wide ? rope_cos_sin_f64(run, table_rows, wf, hh, 1.0, cosb, sinb)
+                 : rope_cos_sin_range_f32(table_start, table_rows, wf, hh, 1.0, cosb, sinb))
+            abort();
+        free(run);
+    }
+    rope_angles angles = {.source = list ? ROPE_POS_LIST : ROPE_POS_OFFSET, .offset = offset, .positions = pos,
+                          .strides = {ns, 1, 0}, .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
+                          .table_start = table_start, .table_rows = table_rows, .inv_freq = wf, .scale = 1.0};
+    *fa = (fuzz_angles){angles, pos, wf, cosb, sinb, rsize, list, otf};
+}
+
+static void release_angles(fuzz_angles *fa)
+{
+    free(fa->pos);
+    free(fa->wf);
+    free(fa->cosb);
+    free(fa->sinb);
+}
+
 static void fuzz_staged(reader *r)
 {
     const int n_dtypes = rope_dtype_count();
@@ -1455,33 +1506,10 @@ static void fuzz_staged(reader *r)
         t->ok = 1;
     }
     /* angles: offset or a position list; a table or on the fly */
-    const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
-    const int64_t offset = take_small(r, -3, 40);
-    const int list = (int)(take(r, 1) & 1), otf = (int)(take(r, 1) & 1);
     const int64_t n_tok = nb > 0 && ns > 0 ? nb * ns : 0;
-    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
-    for (int64_t i = 0; i < n_tok; i++)
-        pos[i] = take_small(r, -3, 44);
-    const int64_t table_start = -3, table_rows = take_small(r, 0, 50);
-    const int wide = dtype == ROPE_F64;
-    const size_t rsize = wide ? sizeof(double) : sizeof(float);
-    const int64_t hh = half > 0 && half <= 4096 ? half : 1;
-    double *wf = xmalloc(sizeof(double) * (size_t)hh);
-    for (int64_t i = 0; i < hh; i++)
-        wf[i] = pow(10000.0, -2.0 * (double)i / (double)(2 * hh));
-    void *cosb = xmalloc(rsize * (size_t)(table_rows * hh + 1)), *sinb = xmalloc(rsize * (size_t)(table_rows * hh + 1));
-    if (table_rows > 0) {
-        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)table_rows);
-        for (int64_t i = 0; i < table_rows; i++)
-            run[i] = table_start + i;
-        if (wide ? rope_cos_sin_f64(run, table_rows, wf, hh, 1.0, cosb, sinb)
-                 : rope_cos_sin_range_f32(table_start, table_rows, wf, hh, 1.0, cosb, sinb))
-            abort();
-        free(run);
-    }
-    rope_angles angles = {.source = list ? ROPE_POS_LIST : ROPE_POS_OFFSET, .offset = offset, .positions = pos,
-                          .strides = {ns, 1, 0}, .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
-                          .table_start = table_start, .table_rows = table_rows, .inv_freq = wf, .scale = 1.0};
+    fuzz_angles fa;
+    take_angles(r, dtype, rotary_dim, ns, n_tok, &fa);
+    const rope_angles angles = fa.angles;
     const rope_op op = {dtype, layout, inverse, nb, ns, head_dim, rotary_dim, threads};
     rope_tensor tensors[MAX_TENSORS];
     rope_stage stages[MAX_TENSORS];
@@ -1589,7 +1617,7 @@ done:
         free(t->w);
         free(t->slots);
     }
-    free(pos); free(wf); free(cosb); free(sinb);
+    release_angles(&fa);
 }
 
 /* ---- quantised calls ---------------------------------------------------------- */
@@ -2205,31 +2233,15 @@ static void fuzz_quantised(reader *r)
     }
     /* angles: offset or a position list; a table or on the fly */
     const int64_t half = rotary_dim > 0 ? rotary_dim / 2 : 0;
-    const int64_t offset = take_small(r, -3, 40);
-    const int list = (int)(take(r, 1) & 1), otf = (int)(take(r, 1) & 1);
-    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_tok > 0 ? n_tok : 1));
-    for (int64_t i = 0; i < n_tok; i++)
-        pos[i] = take_small(r, -3, 44);
-    const int64_t table_start = -3, table_rows = take_small(r, 0, 50);
-    const int wide = dtype == ROPE_F64;
-    const size_t rsize = wide ? sizeof(double) : sizeof(float);
-    const int64_t hh = half > 0 && half <= 4096 ? half : 1;
-    double *wf = xmalloc(sizeof(double) * (size_t)hh);
-    for (int64_t i = 0; i < hh; i++)
-        wf[i] = pow(10000.0, -2.0 * (double)i / (double)(2 * hh));
-    void *cosb = xmalloc(rsize * (size_t)(table_rows * hh + 1)), *sinb = xmalloc(rsize * (size_t)(table_rows * hh + 1));
-    if (table_rows > 0) {
-        int64_t *run = xmalloc(sizeof(int64_t) * (size_t)table_rows);
-        for (int64_t i = 0; i < table_rows; i++)
-            run[i] = table_start + i;
-        if (wide ? rope_cos_sin_f64(run, table_rows, wf, hh, 1.0, cosb, sinb)
-                 : rope_cos_sin_range_f32(table_start, table_rows, wf, hh, 1.0, cosb, sinb))
-            abort();
-        free(run);
-    }
-    rope_angles angles = {.source = list ? ROPE_POS_LIST : ROPE_POS_OFFSET, .offset = offset, .positions = pos,
-                          .strides = {ns, 1, 0}, .cos_table = otf ? NULL : cosb, .sin_table = otf ? NULL : sinb,
-                          .table_start = table_start, .table_rows = table_rows, .inv_freq = wf, .scale = 1.0};
+    fuzz_angles fa;
+    take_angles(r, dtype, rotary_dim, ns, n_tok, &fa);
+    rope_angles angles = fa.angles;
+    int64_t *const pos = fa.pos;
+    double *const wf = fa.wf;
+    void *const cosb = fa.cosb;
+    const size_t rsize = fa.rsize;
+    const int64_t table_rows = fa.angles.table_rows;
+    const int list = fa.list, otf = fa.otf;
     const rope_op op = {dtype, layout, inverse, nb, ns, head_dim, rotary_dim, threads};
     rope_tensor tensors[MAX_TENSORS];
     rope_stage stages[MAX_TENSORS];
@@ -2398,7 +2410,7 @@ done:
         free(t->w);
         free(t->slotb);
     }
-    free(pos); free(wf); free(cosb); free(sinb);
+    release_angles(&fa);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
