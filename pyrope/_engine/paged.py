@@ -257,7 +257,7 @@ def cache_write(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, n
     if c_positions is not None:
         c_positions = _plan.positions_apart(c_positions, results)
     call.launch(sources, results, template, c_positions, offset, where, strides, sections, False,
-                _stage_data(w.stage, slots, v is not None, w))
+                _stage_data(w.stage, slots, v is not None, (w.k_scales, w.v_scales) if w.quantised else None))
     del keep   # the rows the template pointed into lived until here
     return k_cache, v_cache
 
@@ -271,14 +271,13 @@ def _listed_ok(listed, n_slots):
             and len(set(listed)) == len(listed) - skipped + (skipped > 0))
 
 
-def _stage_data(stage, slots, with_values, w=None):
-    """The launch's stage data: k's norm weights and slots, and v's slots (and,
-    for a quantised write, Layout ``w``'s int8 scales)."""
-    if w is not None and w.quantised:
-        data = (_stages.weight_pointer(stage), slots, w.k_scales)
-        return (data, (_stages.NULL, slots, w.v_scales)) if with_values else (data,)
-    data = (_stages.weight_pointer(stage), slots)
-    return (data, (_stages.NULL, slots)) if with_values else (data,)
+def _stage_data(stage, slots, with_values, scales=None):
+    """The launch's stage data: k's norm weights and slots, and v's slots; a
+    quantised write's ``scales`` ``(k's, v's)``, int8 scales arrays or None."""
+    k_data, v_data = (_stages.weight_pointer(stage), slots), (_stages.NULL, slots)
+    if scales is not None:
+        k_data, v_data = k_data + scales[:1], v_data + scales[1:]
+    return (k_data, v_data) if with_values else (k_data,)
 
 
 # ---- the memo: a decode step's repeated writes -----------------------------------------------
@@ -339,12 +338,10 @@ def direct(rope, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, 
     else:
         slots = _slots(slot_mapping, w.token_shape, w.n_slots)
     # k and v themselves: C-contiguous, their buffers are the planned [B, seq, heads, dim] views
-    data = _stage_data(stage, slots, v is not None)
-    if w.quantised:
-        data = ((*data[0], k_scale if type(k_scale) is _ndarray else None),) + (
-            ((*data[1], v_scale if type(v_scale) is _ndarray else None),) if v is not None else ())
+    scales = ((k_scale if type(k_scale) is _ndarray else None, v_scale if type(v_scale) is _ndarray else None)
+              if w.quantised else None)   # a float8 cache's static scale is in the Call
     return call.launch((k,) if v is None else (k, v), (k_cache,) if v is None else (k_cache, v_cache), rows.angles,
-                       positions, offset, where, None, None, True, data)
+                       positions, offset, where, None, None, True, _stage_data(stage, slots, v is not None, scales))
 
 
 def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout, k_scale, v_scale):
@@ -357,6 +354,8 @@ def _plan_direct(key, rope, k, v, k_cache, v_cache, slot_mapping, norm, layout, 
         if slot_mapping.shape == w.token_shape and w.k_cache is k_cache and (v_cache is None or w.v_cache is v_cache):
             w.small = slot_mapping.size <= _SMALL
             planned = (w, w.call(rope, _plan.as_4d(k), None if v is None else _plan.as_4d(v), k_cache, v_cache))
+            # the memo keeps the plan, never the first call's arrays: each call brings its own
+            w.k_cache = w.v_cache = w.k_scales = w.v_scales = None
     if len(_WRITES) >= _MAX_WRITES:
         _WRITES.clear()
     _WRITES[key] = planned
