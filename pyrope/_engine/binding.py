@@ -28,10 +28,10 @@ MAX_THREADS = lib.ROPE_MAX_THREADS        # most threads one call uses
 MAX_COMPONENTS = lib.ROPE_MAX_COMPONENTS  # most components of a sectioned position
 MAX_STAGE_DIM = lib.ROPE_MAX_STAGE_DIM    # largest head_dim of a normalised or converted staged call
 NORMS = {None: lib.ROPE_NORM_NONE, "head": lib.ROPE_NORM_HEAD, "token": lib.ROPE_NORM_TOKEN}  # rope_stage.norm
-# rope_quant.kind, and the q8_0 block and float8 limits its formulas use
+# rope_quant.kind, and the q8_0 block's values and bytes
 QUANT_KINDS = {None: lib.ROPE_QUANT_NONE, "int8": lib.ROPE_QUANT_INT8, "float8_e4m3fn": lib.ROPE_QUANT_FP8_E4M3,
                "q8_0": lib.ROPE_QUANT_Q8_0}
-Q8_0_VALUES, Q8_0_BYTES, FP8_E4M3_MAX = lib.ROPE_Q8_0_VALUES, lib.ROPE_Q8_0_BYTES, lib.ROPE_FP8_E4M3_MAX
+Q8_0_VALUES, Q8_0_BYTES = lib.ROPE_Q8_0_VALUES, lib.ROPE_Q8_0_BYTES
 
 LAYOUTS = {"interleaved": lib.ROPE_INTERLEAVED, "split_half": lib.ROPE_SPLIT_HALF}
 POSITION_SOURCES = {"offset": lib.ROPE_POS_OFFSET, "list": lib.ROPE_POS_LIST,

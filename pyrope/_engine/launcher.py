@@ -31,7 +31,6 @@ _positions_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["int64_t"])
 _rotate = lib.rope_rotate
 _rotate_staged = lib.rope_rotate_staged
 _rotate_quantised = lib.rope_rotate_quantised
-_float_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["float"])
 _NULL = ffi.NULL
 
 _ANGLES_SIZE = ffi.sizeof("rope_angles")
@@ -178,17 +177,13 @@ class Call:
                 else:
                     d.x = _from_buffer(_CHARS, x if fx is None else x[fx])
                     d.out = _from_buffer(_CHARS, out if fo is None else out[fo], True)
-            if qu is not None:
-                for i, (weight, slot_array, scales) in enumerate(stage_data):
+            if st is not None:
+                for i, data in enumerate(stage_data):   # (weight, slots) or, quantised, (weight, slots, scales)
                     stage = st[i]
-                    stage.norm_weight = weight
-                    stage.slots = _NULL if slot_array is None else _positions_pointer(slot_array)
-                    qu[i].scales = _NULL if scales is None else _scales_pointer(scales)
-            elif st is not None:
-                for i, (weight, slot_array) in enumerate(stage_data):
-                    stage = st[i]
-                    stage.norm_weight = weight
-                    stage.slots = _NULL if slot_array is None else _positions_pointer(slot_array)
+                    stage.norm_weight = data[0]
+                    stage.slots = _NULL if data[1] is None else _positions_pointer(data[1])
+                    if qu is not None:   # int8 scales: any strides, C addresses them by the quant's
+                        qu[i].scales = _NULL if data[2] is None else pointer(data[2], True, "float")
         except (builtins.ValueError, builtins.OverflowError):   # a read-only result; an offset beyond int64
             if fall_back:
                 return False
@@ -236,14 +231,6 @@ class Call:
                         return False
                     raise_for_status(status, where)
         return self.launch((x,), (out,), template, positions, offset, where, stage_data=stage_data)
-
-
-def _scales_pointer(scales):
-    """A ``float *`` to the first element of float32 ndarray ``scales`` (any
-    strides: C addresses it by the quant's strides), writable."""
-    if scales.flags.c_contiguous:
-        return _float_pointer(scales, True)
-    return pointer(scales, True, "float")
 
 
 def direct_position_strides(positions, n_seq, x):

@@ -75,15 +75,6 @@ def as_blocks(name, cache, head_dim):
                          f"{cache.strides}") from None
 
 
-def element_strides(name, cache):
-    """A quantised cache's strides in its elements (bytes; q8_0: blocks), or a
-    ValueError naming ``name`` when one is not a whole number of them."""
-    size = cache.itemsize
-    if any(s % size for s in cache.strides):
-        raise ValueError(f"{name} (strides {cache.strides}) must step by whole {size}-byte q8_0 blocks")
-    return [s // size for s in cache.strides]
-
-
 def static_scale(name, scale):
     """A float8 cache's static scale as a float32 value (None: 1.0, vLLM's
     default), finite and > 0, else a TypeError/ValueError naming ``name``."""

@@ -46,9 +46,10 @@ def shift_keys(rope_class, rope, k_cache, slot_mapping, from_positions, to_posit
     if not isinstance(k_cache, np.ndarray):
         raise TypeError(f"k_cache must be an array (a paged cache), got {type(k_cache).__name__}")
     kind = _quant.kind_of(k_cache)
-    data_dtype = np.dtype(np.float32) if kind != _quant.NONE else k_cache.dtype
+    # what C computes in: a quantised key's float32, a float key's own type
+    op_dtype = np.dtype(np.float32) if kind != _quant.NONE else k_cache.dtype
     blocks, block_size, strides, kind, cache = _paged._check_cache(
-        "k_cache", k_cache, data_dtype, _heads(k_cache, layout), rope.head_dim, layout)
+        "k_cache", k_cache, op_dtype, _heads(k_cache, layout), rope.head_dim, layout)
     quant, scales = _paged._quant_of("k_scale", kind, cache, k_scale, layout)
     if kind != _quant.NONE:   # dequantised into a row of at most ROPE_MAX_STAGE_DIM values
         _stages.check_stage_dim("k_cache", rope.head_dim)
@@ -80,7 +81,6 @@ def shift_keys(rope_class, rope, k_cache, slot_mapping, from_positions, to_posit
     delta = np.ascontiguousarray(delta, dtype=np.int64).reshape(slots.shape)
     twin = unit_twin(rope_class, rope)
     n_batch, n_seq = slots.shape
-    op_dtype = data_dtype if kind == _quant.NONE else np.dtype(np.float32)
     place = (n_slots, block_size, (n_seq, 1))
     kv_heads = _heads(cache, layout)
     first = _plan._first_element(cache)
