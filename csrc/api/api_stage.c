@@ -242,6 +242,10 @@ static int outputs_apart(const rope_op *op, const rope_tensor *t, const rope_sta
     return ROPE_OK;
 }
 
+/* The most tensors one staged call takes (q, k and v are three): their
+ * descriptors and stages are copied before anything is written. */
+#define MAX_STAGED_TENSORS 64
+
 /* Heads whose sums of squares are taken together (stage_token). */
 #define HEAD_GROUP 8
 
@@ -267,16 +271,16 @@ typedef struct {
 } job;
 
 /* One tensor's heads of one token through its stage and quant: from xv
- * (in place: ov itself) to ov, an int8 quant's scales at sv. */
+ * (in place: ov itself) to ov (elements of oelem bytes, out_geometry's), an
+ * int8 quant's scales at sv. */
 static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
-                        const char *xv, char *ov, float *sv, const void *c, const void *sn, void *row)
+                        int64_t oelem, const char *xv, char *ov, float *sv, const void *c, const void *sn, void *row)
 {
     const rope_op *op = j->op;
     const rope_kernels *kern = j->kern;
     const int64_t head_dim = op->head_dim, half = j->half, elem = j->elem;
     const int out_dtype = st->out_dtype;
     const int quantised = q->kind != ROPE_QUANT_NONE;
-    const int64_t oelem = quantised ? (q->kind == ROPE_QUANT_Q8_0 ? ROPE_Q8_0_BYTES : 1) : ROPE_ELEM_SIZE[out_dtype];
     const int inverse = op->inverse != 0;
     if (q->in_place && !quantised) {   /* a float cache's keys, rotated where they are */
         kern->rot[op->dtype][op->layout](ov, ov, t->out_strides[2], t->out_strides[2], t->n_heads, c, sn, half,
@@ -372,6 +376,11 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
     const int64_t half = j->half, elem = j->elem, n_seq = j->op->n_seq;
     double scratch[ROPE_ROW_SCRATCH];
     _Alignas(64) double row[ROPE_MAX_STAGE_DIM];
+    int64_t oelem[MAX_STAGED_TENSORS];   /* each out's element bytes, once per range */
+    for (int k = 0; k < j->n_tensors; k++) {
+        int64_t per_head;
+        out_geometry(j->op, &j->st[k], &j->q[k], &oelem[k], &per_head);
+    }
     int64_t b = begin / n_seq, s = begin % n_seq - 1;
     for (int64_t tok = begin; tok < end; tok++) {
         if (++s == n_seq) {
@@ -389,8 +398,7 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
             const rope_quant *q = &j->q[k];
             if (t->n_heads == 0)
                 continue;
-            int64_t oelem, per_head, a0 = b, a1 = s;   /* a0, a1: what addresses out (and scales) */
-            out_geometry(j->op, st, q, &oelem, &per_head);
+            int64_t a0 = b, a1 = s;   /* what addresses out (and scales) */
             char *ov;
             if (st->slots) {
                 /* read once into a local, checked before it makes an address */
@@ -405,18 +413,15 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
                 a0 = slot / st->block_size;
                 a1 = slot % st->block_size;
             }
-            ov = (char *)t->out + (a0 * t->out_strides[0] + a1 * t->out_strides[1]) * oelem;
+            ov = (char *)t->out + (a0 * t->out_strides[0] + a1 * t->out_strides[1]) * oelem[k];
             const char *xv = q->in_place ? ov : (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
             float *sv = q->kind == ROPE_QUANT_INT8 ? q->scales + a0 * q->scale_strides[0] + a1 * q->scale_strides[1]
                                                    : NULL;
-            stage_token(j, t, st, q, xv, ov, sv, c, sn, row);
+            stage_token(j, t, st, q, oelem[k], xv, ov, sv, c, sn, row);
         }
     }
 }
 
-/* The most tensors one staged call takes (q, k and v are three): their
- * descriptors and stages are copied before anything is written. */
-#define MAX_STAGED_TENSORS 64
 
 int rope_rotate_staged(const rope_op *given_op, const rope_tensor *given_t, const rope_stage *given_st,
                        int n_tensors, const rope_angles *angles)
