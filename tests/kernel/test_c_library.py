@@ -337,24 +337,32 @@ def stacked(vectors, name, positions, heads, kind="in"):
     return np.stack([np.stack([vectors[(name, p, h)][kind] for h in range(heads)]) for p in positions])
 
 
-def test_paged_example_steps_and_slots(paged_example):
-    _, stdout = paged_example
-    out = parse_paged(stdout)
-    # a prefill of several tokens, then decode steps of one, over positions 0, 1, ... in order
-    steps = out["steps"]
+def tokens_of(steps):
+    """The examples' steps, checked: a prefill of several tokens, then decode steps of one, over
+    positions 0, 1, ... in order. Returns how many tokens they wrote."""
     assert steps[0][1] > 1 and len(steps) > 2 and all(n == 1 for _, n in steps[1:])
     assert [first for first, _ in steps] == list(np.cumsum([0] + [n for _, n in steps[:-1]]))
-    n_tokens = steps[-1][0] + steps[-1][1]
-    blocks, block_size, heads, dim = out["k_cache"].shape
-    assert (block_size, heads, dim) == (4, 2, 128) and out["v_cache"].shape == out["k_cache"].shape
-    # one slot per token, within the cache, none twice; a token's row in its block is its position's
-    slots = out["slots"]
+    return steps[-1][0] + steps[-1][1]
+
+
+def check_slots(slots, n_tokens, blocks, block_size):
+    """One slot per token, within the cache, none twice; a token's row in its block is its position's;
+    the sequence's blocks are the cache's out of order, and leave some of it to others."""
     assert sorted(slots) == list(range(n_tokens))
     assert len(set(slots.values())) == n_tokens and all(0 <= s < blocks * block_size for s in slots.values())
     assert all(s % block_size == p % block_size for p, s in slots.items())
-    # the sequence's blocks are the cache's out of order, and leave some of it to others
     table = [slots[p] // block_size for p in range(0, n_tokens, block_size)]
     assert table != sorted(table) and len(table) < blocks
+
+
+def test_paged_example_steps_and_slots(paged_example):
+    _, stdout = paged_example
+    out = parse_paged(stdout)
+    n_tokens = tokens_of(out["steps"])
+    blocks, block_size, heads, dim = out["k_cache"].shape
+    assert (block_size, heads, dim) == (4, 2, 128) and out["v_cache"].shape == out["k_cache"].shape
+    slots = out["slots"]
+    check_slots(slots, n_tokens, blocks, block_size)
     # exact weights (multiples of 1/64), Qwen3's eps and rope_theta
     for name in ("q_norm", "k_norm"):
         weights = np.array(out[name])
@@ -463,23 +471,14 @@ def quant_rope(out, dim):
 def test_quant_example_steps_slots_and_shift(quant_example):
     _, stdout = quant_example
     out = parse_quant(stdout)
-    # a prefill of several tokens, then decode steps of one, over positions 0, 1, ... in order
-    steps = out["steps"]
-    assert steps[0][1] > 1 and len(steps) > 2 and all(n == 1 for _, n in steps[1:])
-    assert [first for first, _ in steps] == list(np.cumsum([0] + [n for _, n in steps[:-1]]))
-    n_tokens = steps[-1][0] + steps[-1][1]
+    n_tokens = tokens_of(out["steps"])
     blocks, block_size, heads, dim = out["v_cache"].shape
     assert (block_size, heads, dim) == (4, 2, 128)
     # keys: head_dim / 32 q8_0 blocks per head; a scale per (slot, head) for the values
     assert out["k_cache"].shape == (blocks, block_size, heads, dim // 32 * Q8_BYTES)
     assert out["v_scale"].shape == (blocks, block_size, heads)
-    # one slot per token, within the cache, none twice; a token's row in its block is its position's
     slots = out["slots"]
-    assert sorted(slots) == list(range(n_tokens))
-    assert len(set(slots.values())) == n_tokens and all(0 <= s < blocks * block_size for s in slots.values())
-    assert all(s % block_size == p % block_size for p, s in slots.items())
-    table = [slots[p] // block_size for p in range(0, n_tokens, block_size)]
-    assert table != sorted(table) and len(table) < blocks
+    check_slots(slots, n_tokens, blocks, block_size)
     # the shift: the first tokens dropped, every later key moved by -dropped in its own slot
     dropped, moved = out["shift"]
     assert 0 < dropped < n_tokens and moved == n_tokens - dropped
