@@ -480,3 +480,15 @@ def test_every_instruction_set_stores_the_same_bytes(kind):
         assert all(np.array_equal(a, b) for a, b in zip(arrays, stored["scalar"])), isa
     want_v, _ = qf.quantised(kind, v.astype(np.float32), 2.0)   # and the values are the formulas'
     assert np.array_equal(stored["scalar"][1].reshape(48, 3, -1)[slots], want_v)
+
+
+def test_the_memo_keeps_no_cache_alive():
+    """A decode write's plan is memoised; the caches and scales of the call that planned it are not."""
+    import gc
+    import weakref
+    rope, k, v, kc, vc, ks, vs, slots = refusal_setup("int8")
+    rope.cache_write(k, v, kc, vc, slots, k_scale=ks, v_scale=vs)
+    refs = [weakref.ref(a) for a in (kc, vc, ks, vs)]
+    del kc, vc, ks, vs
+    gc.collect()
+    assert all(r() is None for r in refs)
