@@ -10,10 +10,11 @@
  *   float8     v / scale, clamped to +-448, then to_e4m3's integer
  *              rounding on the bits, lane by lane, the subnormal lanes
  *              (below 2^-6) rounded by vcvtps2dq as rintf, NaN to 0x7F;
- *   q8_0       per block d and id computed in every lane, d stored as
- *              float16 by F16C (which rounds as rope_f32_to_f16); roundf
- *              as trunc + (|p - trunc| >= 0.5 ? sign : 0), not as
- *              floor(|p| + 0.5), whose add rounds 0.49999997 up to 1;
+ *   q8_0       four blocks' maxima reduced together and their d and id
+ *              in one xmm, d stored as float16 by F16C (which rounds as
+ *              rope_f32_to_f16); roundf as the truncation of
+ *              p + copysign(0.5 - 2^-25, p) (not of p + 0.5, which
+ *              rounds 0.49999997 up to 1);
  *   dequantise int8 and q8_0 widened exactly and multiplied by the scale
  *              (only the scale can be NaN: no operand order to keep); the
  *              float8 value built from its bits as from_e4m3 does, and
@@ -226,42 +227,75 @@ ROPE_AVX2 void rope_dequantise_fp8_avx2(const void *inv, int64_t n, float scale,
 
 /* ---- q8_0 ------------------------------------------------------------------ */
 
-/* clip_int8(roundf(v * id)) in each lane, as int32. */
+/* roundf(clip(v * id)) in each lane, as int32, except that a NaN product
+ * gives 0x80000000 (vcvttps2dq's answer), which q8_0_bytes makes 0. The
+ * clip's constants come first, so a NaN passes through both (vmaxps and
+ * vminps return the second operand); clipped first: roundf of a value in
+ * (127, 127.5) is 127 either way, and no infinity reaches the rounding.
+ * roundf is trunc(p + copysign(0.5 - 2^-25, p)), exact for every
+ * |p| <= 2^23 (checked over all of them); with 0.5 itself the add would
+ * round 0.49999997 up to 1. */
 ROPE_AVX2 static inline __m256i q_q8_0(__m256 v, __m256 id)
 {
-    const __m256 signbit = _mm256_set1_ps(-0.0f);
     __m256 p = _mm256_mul_ps(v, id);
-    p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q)); /* NaN: 0 */
-    /* clipped first: roundf of a value in (127, 127.5) is 127 either way,
-     * and no infinity reaches the subtraction below */
-    p = _mm256_min_ps(_mm256_max_ps(p, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-    const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 frac = _mm256_andnot_ps(signbit, _mm256_sub_ps(p, t)); /* exact */
-    const __m256 away = _mm256_or_ps(_mm256_and_ps(p, signbit), _mm256_set1_ps(1.0f));
-    const __m256 r = _mm256_add_ps(t, _mm256_and_ps(away, _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ)));
-    return _mm256_cvttps_epi32(r);
+    p = _mm256_min_ps(_mm256_set1_ps(127.0f), _mm256_max_ps(_mm256_set1_ps(-127.0f), p));
+    const __m256 half = _mm256_or_ps(_mm256_and_ps(p, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0x1.fffffep-2f));
+    return _mm256_cvttps_epi32(_mm256_add_ps(p, half));
 }
 
+/* The 32 bytes of a block from q_q8_0 of its four vectors: a NaN's
+ * 0x80000000 saturates to -128, which no other value gives, then 0. */
+ROPE_AVX2 static inline __m256i q8_0_bytes(const float *x, __m256 id)
+{
+    const __m256i q = pack32(q_q8_0(_mm256_loadu_ps(x), id), q_q8_0(_mm256_loadu_ps(x + 8), id),
+                             q_q8_0(_mm256_loadu_ps(x + 16), id), q_q8_0(_mm256_loadu_ps(x + 24), id), 0);
+    return _mm256_andnot_si256(_mm256_cmpeq_epi8(q, _mm256_set1_epi8(-128)), q);
+}
+
+/* max |bits| of the 32 values at x, 8 lanes. */
+ROPE_AVX2 static inline __m256i block_abs(const float *x)
+{
+    return _mm256_max_epi32(_mm256_max_epi32(abs_bits(_mm256_loadu_ps(x)), abs_bits(_mm256_loadu_ps(x + 8))),
+                            _mm256_max_epi32(abs_bits(_mm256_loadu_ps(x + 16)), abs_bits(_mm256_loadu_ps(x + 24))));
+}
+
+/* Four blocks at a time (the last 1 to 3 with zeros for the missing ones):
+ * their 8-lane maxima reduced together, to lanes 0, 4, 2, 6 for blocks
+ * 0 to 3, then d and id of all four in one xmm, one vdivps each. */
 ROPE_AVX2 void rope_quantise_q8_0_avx2(const float *in, int64_t n, void *outv, float *scale)
 {
     (void)scale;
     unsigned char *out = (unsigned char *)outv;
-    for (int64_t b = 0; b < n / ROPE_Q8_0_VALUES; b++) {
+    const int64_t blocks = n / ROPE_Q8_0_VALUES;
+    for (int64_t b = 0; b < blocks; b += 4) {
+        const int k = blocks - b < 4 ? (int)(blocks - b) : 4;
         const float *x = in + b * ROPE_Q8_0_VALUES;
         unsigned char *blk = out + b * ROPE_Q8_0_BYTES;
-        const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-        const __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-        const __m256i m = _mm256_max_epi32(_mm256_max_epi32(abs_bits(v0), abs_bits(v1)),
-                                           _mm256_max_epi32(abs_bits(v2), abs_bits(v3)));
-        const __m256 d = _mm256_div_ps(amax_of(m), _mm256_set1_ps(127.0f));
+        const __m256i zero = _mm256_setzero_si256();
+        const __m256i a0 = block_abs(x), a1 = k > 1 ? block_abs(x + 32) : zero;
+        const __m256i a2 = k > 2 ? block_abs(x + 64) : zero, a3 = k > 3 ? block_abs(x + 96) : zero;
+        /* [a0 | a1] and [a2 | a3], each half one block's 4 partial maxima */
+        const __m256i t01 = _mm256_max_epi32(_mm256_permute2x128_si256(a0, a1, 0x20), _mm256_permute2x128_si256(a0, a1, 0x31));
+        const __m256i t23 = _mm256_max_epi32(_mm256_permute2x128_si256(a2, a3, 0x20), _mm256_permute2x128_si256(a2, a3, 0x31));
+        /* lanes 0-1: a0, 2-3: a2, 4-5: a1, 6-7: a3, 2 partial maxima each */
+        __m256i m = _mm256_max_epi32(
+            _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(t01), _mm256_castsi256_ps(t23), 0x44)),
+            _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(t01), _mm256_castsi256_ps(t23), 0xEE)));
+        m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
+        m = _mm256_blendv_epi8(m, _mm256_set1_epi32(DEFAULT_NAN), _mm256_cmpgt_epi32(m, _mm256_set1_epi32(0x7F800000)));
+        const __m128 amax = _mm256_castps256_ps128(
+            _mm256_permutevar8x32_ps(_mm256_castsi256_ps(m), _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
+        const __m128 d = _mm_div_ps(amax, _mm_set1_ps(127.0f));
         /* id = d != 0 ? 1 / d : 0 (a NaN d is != 0: id NaN, as scalar) */
-        const __m256 id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), d),
-                                        _mm256_cmp_ps(d, _mm256_setzero_ps(), _CMP_NEQ_UQ));
-        const uint16_t dh = (uint16_t)_mm_extract_epi16(
-            _mm_cvtps_ph(_mm256_castps256_ps128(d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
-        memcpy(blk, &dh, 2);
-        const __m256i q = pack32(q_q8_0(v0, id), q_q8_0(v1, id), q_q8_0(v2, id), q_q8_0(v3, id), 0);
-        _mm256_storeu_si256((__m256i *)(blk + 2), q);
+        const __m128 id = _mm_and_ps(_mm_div_ps(_mm_set1_ps(1.0f), d), _mm_cmp_ps(d, _mm_setzero_ps(), _CMP_NEQ_UQ));
+        const uint64_t dh = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256 ids = _mm256_castps128_ps256(id);
+        for (int j = 0; j < k; j++) {
+            const uint16_t h = (uint16_t)(dh >> (16 * j));
+            memcpy(blk + j * ROPE_Q8_0_BYTES, &h, 2);
+            const __m256 idj = _mm256_permutevar8x32_ps(ids, _mm256_set1_epi32(j));
+            _mm256_storeu_si256((__m256i *)(blk + j * ROPE_Q8_0_BYTES + 2), q8_0_bytes(x + 32 * j, idj));
+        }
     }
 }
 

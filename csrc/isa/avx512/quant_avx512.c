@@ -8,8 +8,9 @@
  *              (rounds as rintf), vpmovdb;
  *   float8     to_e4m3's integer rounding on the clamped bits, the lanes
  *              below 2^-6 by vcvtps2dq, NaN to 0x7F;
- *   q8_0       d and id in every lane, d stored through F16C; roundf as
- *              trunc (vrndscaleps) + (|p - trunc| >= 0.5 ? sign : 0);
+ *   q8_0       four blocks' maxima reduced together, their d and id in
+ *              one xmm, d stored through F16C; roundf as the truncation
+ *              of p + copysign(0.5 - 2^-25, p);
  *   dequantise int8 and q8_0 widened exactly times the scale; float8 built
  *              from its bits and multiplied value first, as the scalar
  *              kernel compiles to (x86 keeps the first operand's NaN when
@@ -181,37 +182,71 @@ ROPE_AVX512 void rope_dequantise_fp8_avx512(const void *inv, int64_t n, float sc
 
 /* ---- q8_0 ------------------------------------------------------------------ */
 
-/* clip_int8(roundf(v * id)) in each lane, as bytes (clipped first, as in
- * quant_avx2.c: the same result, and no infinity in the subtraction). */
+/* clip_int8(roundf(v * id)) in each lane, as bytes. The clip's constants
+ * come first, so a NaN passes through both (vmaxps/vminps return the
+ * second operand); clipped first, as in quant_avx2.c: the same result, and
+ * no infinity in the rounding. roundf is trunc(p + copysign(0.5 - 2^-25, p)),
+ * exact for every |p| <= 2^23 (checked over all of them), and vcvttps2dq
+ * makes a NaN 0x80000000, whose low byte, which vpmovdb keeps, is 0. */
 ROPE_AVX512 static inline __m128i q_q8_0(__m512 v, __m512 id)
 {
     __m512 p = _mm512_mul_ps(v, id);
-    p = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(p, p, _CMP_ORD_Q), p); /* NaN: 0 */
-    p = _mm512_min_ps(_mm512_max_ps(p, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
-    const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512i sb = _mm512_set1_epi32((int)0x80000000u);
-    const __m512i frac = _mm512_andnot_si512(sb, _mm512_castps_si512(_mm512_sub_ps(p, t))); /* exact */
-    const __m512 away = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(p), sb),
-                                                            _mm512_castps_si512(_mm512_set1_ps(1.0f))));
-    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_castsi512_ps(frac), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
-    return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_mask_add_ps(t, up, t, away)));
+    p = _mm512_min_ps(_mm512_set1_ps(127.0f), _mm512_max_ps(_mm512_set1_ps(-127.0f), p));
+    const __m512i half = _mm512_ternarylogic_epi32(_mm512_castps_si512(p), _mm512_set1_epi32((int)0x80000000u),
+                                                   _mm512_castps_si512(_mm512_set1_ps(0x1.fffffep-2f)),
+                                                   0xEA); /* (p & sign) | (0.5 - 2^-25) */
+    return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(_mm512_add_ps(p, _mm512_castsi512_ps(half))));
 }
 
+/* Blocks b0 .. b0+k-1 (k <= 4) of the 4 starting at x, whose max |bits| are
+ * in the low lane of chunk b of m (any lanes of the chunks past k): d per
+ * block in an xmm, one vdivps for all four, stored as float16; the bytes
+ * of each block from its id broadcast. */
+ROPE_AVX512 static inline void q8_0_blocks(const float *x, unsigned char *blk, int k, __m512i m)
+{
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(m, _mm512_set1_epi32(0x7F800000));
+    m = _mm512_mask_mov_epi32(m, nan, _mm512_set1_epi32(DEFAULT_NAN));
+    const __m128 amax = _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), _mm512_castsi512_ps(m)));
+    const __m128 d = _mm_div_ps(amax, _mm_set1_ps(127.0f));
+    /* id = d != 0 ? 1 / d : 0 (a NaN d is != 0: id NaN, as scalar) */
+    const __m128 id = _mm_maskz_div_ps(_mm_cmp_ps_mask(d, _mm_setzero_ps(), _CMP_NEQ_UQ), _mm_set1_ps(1.0f), d);
+    const uint64_t dh = (uint64_t)_mm_cvtsi128_si64(_mm_cvtps_ph(d, F16_RNE));
+    const __m512 ids = _mm512_castps128_ps512(id);
+    for (int b = 0; b < k; b++) {
+        const uint16_t h = (uint16_t)(dh >> (16 * b));
+        memcpy(blk + b * ROPE_Q8_0_BYTES, &h, 2);
+        const __m512 idb = _mm512_permutexvar_ps(_mm512_set1_epi32(b), ids);
+        const __m128i lo = q_q8_0(_mm512_loadu_ps(x + 32 * b), idb), hi = q_q8_0(_mm512_loadu_ps(x + 32 * b + 16), idb);
+        _mm256_storeu_si256((__m256i *)(blk + b * ROPE_Q8_0_BYTES + 2), _mm256_set_m128i(hi, lo));
+    }
+}
+
+/* max |bits| of the 32 values at x. */
+ROPE_AVX512 static inline __m512i block_abs(const float *x)
+{
+    return _mm512_max_epi32(abs_bits(_mm512_loadu_ps(x)), abs_bits(_mm512_loadu_ps(x + 16)));
+}
+
+/* Four blocks at a time: their 16-lane maxima reduced together, block b's
+ * to chunk b (two rounds of 128-bit shuffles), then within the chunks. */
 ROPE_AVX512 void rope_quantise_q8_0_avx512(const float *in, int64_t n, void *outv, float *scale)
 {
     (void)scale;
     unsigned char *out = (unsigned char *)outv;
-    for (int64_t b = 0; b < n / ROPE_Q8_0_VALUES; b++) {
+    const int64_t blocks = n / ROPE_Q8_0_VALUES;
+    for (int64_t b = 0; b < blocks; b += 4) {
+        const int k = blocks - b < 4 ? (int)(blocks - b) : 4;
         const float *x = in + b * ROPE_Q8_0_VALUES;
-        unsigned char *blk = out + b * ROPE_Q8_0_BYTES;
-        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-        const __m512 d = _mm512_div_ps(amax_of(_mm512_max_epi32(abs_bits(v0), abs_bits(v1))), _mm512_set1_ps(127.0f));
-        /* id = d != 0 ? 1 / d : 0 (a NaN d is != 0: id NaN, as scalar) */
-        const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
-                                              _mm512_set1_ps(1.0f), d);
-        const uint16_t dh = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm512_castps512_ps128(d), F16_RNE), 0);
-        memcpy(blk, &dh, 2);
-        _mm256_storeu_si256((__m256i *)(blk + 2), _mm256_set_m128i(q_q8_0(v1, id), q_q8_0(v0, id)));
+        const __m512i zero = _mm512_setzero_si512();
+        const __m512i a0 = block_abs(x), a1 = k > 1 ? block_abs(x + 32) : zero;
+        const __m512i a2 = k > 2 ? block_abs(x + 64) : zero, a3 = k > 3 ? block_abs(x + 96) : zero;
+        const __m512i t01 = _mm512_max_epi32(_mm512_shuffle_i32x4(a0, a1, 0x44), _mm512_shuffle_i32x4(a0, a1, 0xEE));
+        const __m512i t23 = _mm512_max_epi32(_mm512_shuffle_i32x4(a2, a3, 0x44), _mm512_shuffle_i32x4(a2, a3, 0xEE));
+        __m512i m = _mm512_max_epi32(_mm512_shuffle_i32x4(t01, t23, 0x88), _mm512_shuffle_i32x4(t01, t23, 0xDD));
+        m = _mm512_max_epi32(m, _mm512_shuffle_epi32(m, (_MM_PERM_ENUM)0x4E));
+        m = _mm512_max_epi32(m, _mm512_shuffle_epi32(m, (_MM_PERM_ENUM)0xB1));
+        q8_0_blocks(x, out + b * ROPE_Q8_0_BYTES, k, m);
     }
 }
 
