@@ -33,7 +33,9 @@
  * runs it under qemu.) `kernels_identical --isas` only lists the supported
  * entries, one per line; `--isa-features` lists every entry of the registry,
  * one per line, with the CPU flags it needs (its bases' included), from
- * which the Makefile derives which entries a CPU must offer. Every storage
+ * which the Makefile derives which entries a CPU must offer; `--quick`
+ * checks everything at three offsets within 64 bytes instead of all (see
+ * next_offset). Every storage
  * type of the list is checked, whatever its size (rope_dtype_size).
  *
  * x86-64 only, with -DBASELINE the kernels of another revision REV must give
@@ -257,6 +259,21 @@ static const unsigned char *pool_at(int dtype)
     return pool + (int64_t)(next() % (uint64_t)(MAXB / es)) * es;
 }
 static unsigned char guard[GUARD];
+
+/* --quick: the offsets within 64 bytes that a loop over all of them visits
+ * are only three (aligned, one element past, one element short of the next
+ * 64 bytes), for runs where the full sweep has run elsewhere (an emulated
+ * CPU whose kernels this machine checks natively, the recipes' scratch
+ * build under ASan): every path of the kernels still runs, on fewer
+ * alignments. */
+static int quick;
+static int64_t next_offset(int64_t off, int64_t es)
+{
+    if (!quick)
+        return off + es;
+    return off == 0 ? es : off == es ? MAX_OFF - es : MAX_OFF;
+}
+
 static _Alignas(64) unsigned char work[2][GUARD + MAX_OFF + MAXB + GUARD];
 static long n_guard_fail;
 
@@ -646,9 +663,8 @@ static void check_stages(void)
                     const int64_t n = lengths[li];
                     /* short lengths at every element offset of the input, longer
                      * ones at a few; the output anywhere its elements align */
-                    const int trials = n <= 80 ? (int)(MAX_OFF / is) : 4;
-                    for (int t = 0; t < trials; t++) {
-                        const int64_t xo = n <= 80 ? t * is : (int64_t)(next() % (uint64_t)(MAX_OFF / is)) * is;
+                    for (int64_t t = 0, off = 0; n <= 80 ? off < MAX_OFF : t < 4; t++, off = next_offset(off, is)) {
+                        const int64_t xo = n <= 80 ? off : (int64_t)(next() % (uint64_t)(MAX_OFF / is)) * is;
                         const int64_t yo = (int64_t)(next() % (uint64_t)(MAX_OFF / os)) * os;
                         const int calls = kind == K_SUMSQ && n <= 1024 ? 1 + (int)(next() % 3) : 1;
                         stage_case(i, kind, dtype, f, g, n, xo, yo, calls);
@@ -966,6 +982,7 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+    quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     for (int i = 0; i < GUARD; i++)
         guard[i] = (unsigned char)next();
     enum { N_TAB = 2048 };
@@ -1007,7 +1024,7 @@ int main(int argc, char **argv)
                                                  {4, (d + 1 + v - 1) / v * v, (d + 1 + v - 1) / v * v + v},
                                                  {3, -(d + 3), -(d + 1)}};
                     for (int hc = 0; hc < 5; hc++)
-                        for (int64_t xo = 0; xo < MAX_OFF; xo += es)
+                        for (int64_t xo = 0; xo < MAX_OFF; xo = next_offset(xo, es))
                             for (int in_place = 0; in_place < 2; in_place++, cases++)
                                 one_case(dtype, layout, inverse, half, heads[hc][0], heads[hc][1],
                                          heads[hc][2], xo, (xo / es * 5 % v64) * es, in_place,
