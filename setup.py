@@ -20,16 +20,22 @@ def _builder():
 
 
 class build_ext_with_library(build_ext):
-    """build_ext, then libpyrope, its header and pkg-config file into the built
-    package; with --inplace (and in editable installs) copied into the source
+    """The C core's objects compiled once, then build_ext linking them into the
+    extension, then libpyrope from the same objects, its header and pkg-config
+    file into the built package; with --inplace (and in editable installs) copied into the source
     tree too, as setuptools does with the extension."""
 
     def run(self):
         _builder().require(_builder().missing_python_headers())   # one line, not a compile error
+        # the C core compiled once, in parallel, for the extension and libpyrope alike
+        objects = _builder().compile_objects(os.path.join(self.build_temp, "csrc"))
+        for ext in self.extensions:
+            if ext.name == _builder().MODULE:
+                _builder().link_shared_objects(ext, objects)
         super().run()
         build_pkg = os.path.join(self.build_lib, "pyrope")
-        self.announce("building libpyrope", level=2)
-        _builder().build_library(build_pkg, self.build_temp)
+        self.announce("linking libpyrope", level=2)
+        _builder().build_library(build_pkg, self.build_temp, objects)
         if self.inplace:
             for built, source in self._library_mapping():
                 self.mkpath(os.path.dirname(source))

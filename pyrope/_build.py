@@ -11,8 +11,9 @@ pyrope/_build.py`` builds the extension in place, under the file name
 setup.py's build gives it (:func:`extension_filename`), and removes any
 other build of it that Python would load first.
 
-The same sources, with the same flags, also make ``libpyrope``, the shared
-library for C and C++ programs (:func:`build_library`): ``lib/`` in the
+The same objects, compiled once (:func:`compile_objects`), also make
+``libpyrope``, the shared library for C and C++ programs
+(:func:`build_library`): ``lib/`` in the
 package holds it and ``lib/pkgconfig/pyrope.pc``, ``include/`` holds
 ``pyrope.h``. ``setup.py`` builds it next to the extension, so wheels and
 editable installs carry it, and so does the in-place build.
@@ -106,17 +107,32 @@ def cdef_from_header(path):
 MODULE = "pyrope._pyrope_cffi"
 
 require(missing_compiler())   # the cdef below already runs it
-ffibuilder = FFI()
-ffibuilder.cdef(cdef_from_header(os.path.join(CSRC, "pyrope.h")))
-ffibuilder.set_source(
-    MODULE,
-    '#include "pyrope.h"',
-    sources=SOURCES,
-    include_dirs=[os.path.relpath(CSRC)],
-    extra_compile_args=CFLAGS,
-    extra_link_args=LDFLAGS,
-    libraries=["m"] if sys.platform != "win32" else [],
-)
+CDEF = cdef_from_header(os.path.join(CSRC, "pyrope.h"))
+
+
+def make_ffibuilder(objects=None):
+    """The cffi builder of the extension: its module compiled from ``SOURCES``,
+    or, given ``objects`` (:func:`compile_objects`), the module alone linked
+    with them, the objects libpyrope is linked from too: the C core compiled
+    once for both."""
+    ffi = FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source(
+        MODULE,
+        '#include "pyrope.h"',
+        sources=[] if objects else SOURCES,
+        extra_objects=list(objects or []),
+        include_dirs=[os.path.relpath(CSRC)],
+        extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
+        libraries=["m"] if sys.platform != "win32" else [],
+    )
+    return ffi
+
+
+# setup.py's (cffi_modules): complete as it stands; setup.py's build_ext
+# swaps the sources for the shared objects (link_shared_objects)
+ffibuilder = make_ffibuilder()
 
 
 def extension_filename():
@@ -205,19 +221,12 @@ def _pkg_config(version):
     ])
 
 
-def build_library(package_dir, tmp_dir):
-    """Compile every ``csrc/**/*.c`` (:data:`SOURCE_PATHS`) into ``libpyrope``
-    and put it, ``pyrope.h`` and ``pyrope.pc`` under ``package_dir``
-    (:func:`library_outputs`); object files go to ``tmp_dir``. Returns the
-    paths written (none but on Linux)."""
-    if not LIBRARY_PLATFORM:
-        return []
-    major, minor, patch, _ = header_version()
-    soname, link = library_names()
-    lib_dir = os.path.join(package_dir, LIB_DIR)
-    obj_dir = os.path.join(tmp_dir, "libpyrope")
-    for d in (os.path.join(lib_dir, "pkgconfig"), os.path.join(package_dir, INCLUDE_DIR), obj_dir):
-        os.makedirs(d, exist_ok=True)
+def compile_objects(obj_dir):
+    """Compile every ``csrc/**/*.c`` (:data:`SOURCE_PATHS`) into ``obj_dir``,
+    in parallel, position-independent and with only ``ROPE_API`` symbols
+    visible outside the shared object they end up in; returns the object
+    paths, the inputs of both the extension and libpyrope."""
+    os.makedirs(obj_dir, exist_ok=True)
     cc = _compiler()
 
     def compile_one(src):
@@ -227,10 +236,35 @@ def build_library(package_dir, tmp_dir):
         return obj
 
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        objects = list(pool.map(compile_one, SOURCE_PATHS))
+        return list(pool.map(compile_one, SOURCE_PATHS))
+
+
+def link_shared_objects(ext, objects):
+    """Make the setuptools Extension ``ext`` (setup.py's, from ``ffibuilder``)
+    link ``objects`` instead of compiling the C core again: its sources are
+    then cffi's module alone, and a newer object relinks it."""
+    ext.sources = [s for s in ext.sources if os.path.normpath(s) not in map(os.path.normpath, SOURCES)]
+    ext.extra_objects = list(objects)
+    ext.depends = list(ext.depends) + list(objects)
+
+
+def build_library(package_dir, tmp_dir, objects=None):
+    """Link ``libpyrope`` from ``objects`` (compiled into ``tmp_dir`` first
+    when not given: :func:`compile_objects`) and put it, ``pyrope.h`` and
+    ``pyrope.pc`` under ``package_dir`` (:func:`library_outputs`). Returns
+    the paths written (none but on Linux)."""
+    if not LIBRARY_PLATFORM:
+        return []
+    major, minor, patch, _ = header_version()
+    soname, link = library_names()
+    lib_dir = os.path.join(package_dir, LIB_DIR)
+    for d in (os.path.join(lib_dir, "pkgconfig"), os.path.join(package_dir, INCLUDE_DIR)):
+        os.makedirs(d, exist_ok=True)
+    if objects is None:
+        objects = compile_objects(os.path.join(tmp_dir, "libpyrope"))
     # written under a temporary name and renamed: a failed build leaves the old library
     partial = os.path.join(lib_dir, f".{soname}.partial")
-    subprocess.run(cc + ["-shared", f"-Wl,-soname,{soname}", "-Wl,-z,defs", "-o", partial] + objects
+    subprocess.run(_compiler() + ["-shared", f"-Wl,-soname,{soname}", "-Wl,-z,defs", "-o", partial] + list(objects)
                    + LDFLAGS + ["-lm"], check=True)
     os.replace(partial, os.path.join(lib_dir, soname))
     # a copy, not a symlink: wheels (zip files) keep no links
@@ -245,11 +279,12 @@ if __name__ == "__main__":
     require(missing_python_headers())
     root = os.path.dirname(HERE)
     name = extension_filename()
-    # cffi puts the target file name in the module's package directory
-    built = ffibuilder.compile(tmpdir=root, verbose=False, target=os.path.basename(name))
-    expected = os.path.join(root, name)
-    if not (os.path.exists(expected) and os.path.samefile(built, expected)):   # (a symlinked root is fine)
-        sys.exit(f"cffi wrote the extension to {built}, not {expected}")
-    remove_shadowing_builds(built)
     with tempfile.TemporaryDirectory() as tmp:
-        build_library(HERE, tmp)
+        objects = compile_objects(tmp)
+        # cffi puts the target file name in the module's package directory
+        built = make_ffibuilder(objects).compile(tmpdir=root, verbose=False, target=os.path.basename(name))
+        expected = os.path.join(root, name)
+        if not (os.path.exists(expected) and os.path.samefile(built, expected)):   # (a symlinked root is fine)
+            sys.exit(f"cffi wrote the extension to {built}, not {expected}")
+        remove_shadowing_builds(built)
+        build_library(HERE, tmp, objects)
