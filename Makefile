@@ -25,8 +25,10 @@ PYTHON_ENV := $(shell $(PYTHON) -c 'import hashlib, os, sys; p = sys.prefix; pri
 TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
 install-test: $(TEST_STAMP)   ## the package plus everything the tests need
 
+# --no-compile: pip would byte-compile every module of torch, transformers and the
+# rest, half of the install's time; Python compiles what the tests import, once
 $(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(CSRC_SOURCES) $(CSRC_HEADERS) $(word 2,$(PYTHON_ENV))
-	$(PIP) install --quiet -e ".[test,conformance]"
+	$(PIP) install --quiet --no-compile -e ".[test,conformance]"
 	mkdir -p build && touch $@
 
 demo: install
@@ -49,7 +51,7 @@ build:              ## build the C extension and libpyrope in place (no install)
 	$(PYTHON) pyrope/_build.py
 
 install-bench:      ## the package plus the benchmark peers (torch, onnxruntime, ml_dtypes)
-	$(PIP) install --quiet -e ".[test,bench]"
+	$(PIP) install --quiet --no-compile -e ".[test,bench]"
 
 bench: install-bench
 	$(PYTHON) -m pytest bench -q --benchmark-only --benchmark-columns=median,iqr,rounds

@@ -10,8 +10,8 @@ applies, as the recipes say,
       arithmetic, rounded to nearest even and saturated on store, NaN stored
       as 0): its entry at the end of ROPE_STORAGE_TYPES in csrc/pyrope.h and
       its rope_ld_i8/rope_st_i8 in csrc/scalar/pair.h;
-then, with nothing else changed, builds the C core under ASan + UBSan and
-runs tests/c/kernels_identical.c (every supported entry, every storage type
+then, with nothing else changed, builds the C core under ASan + UBSan (once,
+warning-free, the objects both programs link) and runs tests/c/kernels_identical.c (every supported entry, every storage type
 of the list) and, on the extension built the same way, the Python kernel
 tests over every ISA x storage type of the registries (RECIPE_TESTS). It
 first checks that each recipe's steps in the docs name exactly the files it
@@ -145,18 +145,29 @@ def main():
                      for f in fs if f.endswith(".c"))
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    # the extension with both recipes, under ASan + UBSan (libpyrope is not needed here),
-    # built while the C check below runs
+    # the C core with both recipes, under ASan + UBSan, compiled once (in parallel,
+    # warning-free: -Werror) into the objects that the extension (libpyrope is not
+    # needed here) and kernels_identical both link; the extension linked while the
+    # C check below runs
+    san_env = dict(os.environ, PYROPE_CFLAGS=" ".join(SAN + ["-Werror"]),
+                   PYROPE_LDFLAGS="-fsanitize=address,undefined")
+    obj_dir = os.path.join(SCRATCH, "objects")
+    objects = ("import sys; sys.path.insert(0, 'pyrope'); import _build; "
+               f"print('\\n'.join(_build.compile_objects({obj_dir!r})))")
+    print("+", sys.executable, "-c", objects, flush=True)
+    done = subprocess.run([sys.executable, "-c", objects], cwd=TREE, capture_output=True, text=True, env=san_env)
+    if done.returncode:
+        fail(f"compiling the C core: exit status {done.returncode}:\n{done.stdout}{done.stderr}")
+    objs = done.stdout.split()
     build = ("import os, sys; sys.path.insert(0, 'pyrope'); import _build; "
-             "_build.ffibuilder.compile(tmpdir='.', target=os.path.basename(_build.extension_filename()))")
-    print("+ (in the background)", sys.executable, "-c", build, flush=True)
+             f"_build.make_ffibuilder({objs!r}).compile(tmpdir='.', "
+             "target=os.path.basename(_build.extension_filename()))")
+    print("+ (in the background)", sys.executable, "-c", "<link the extension with those objects>", flush=True)
     extension = subprocess.Popen([sys.executable, "-c", build], cwd=TREE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True,
-                                 env=dict(os.environ, PYROPE_CFLAGS=" ".join(SAN),
-                                          PYROPE_LDFLAGS="-fsanitize=address,undefined"))
-    # the C core the same way: every kernel of every entry, every type
+                                 stderr=subprocess.STDOUT, text=True, env=san_env)
+    # every kernel of every entry, every type
     exe = os.path.join(SCRATCH, "kernels_identical")
-    run([CC, *KERNEL_CFLAGS, *SAN, "-Icsrc", "tests/c/kernels_identical.c", *sources, "-lm", "-o", exe])
+    run([CC, *KERNEL_CFLAGS, *SAN, "-Icsrc", "tests/c/kernels_identical.c", *objs, "-lm", "-o", exe])
     isas = subprocess.run([exe, "--isas"], check=True, capture_output=True, text=True, env=env).stdout.split()
     if isas[-1] != "toy":
         fail(f"the toy entry is not offered: {isas}")
