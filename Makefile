@@ -194,9 +194,12 @@ CHECK_ISAS = want="$$($(call EXPECTED_ISAS,$(2),$(3)))"; got="$$($(3) --isas 2>/
 # offers are those its flags in /proc/cpuinfo call for.
 KERNEL_CFLAGS = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-math-errno -pthread -Icsrc
 HOST_FLAGS = $$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2)
-check-kernels:
+# built once for both check-kernels and check-x86-baselines (which CI runs one after
+# the other): a file target, remade when a source or header changes
+build/kernels_identical: tests/c/kernels_identical.c $(CSRC_SOURCES) $(CSRC_HEADERS)
 	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o $@
+check-kernels: build/kernels_identical
 	@$(call CHECK_ISAS,this machine,$(HOST_FLAGS),build/kernels_identical)
 	build/kernels_identical
 
@@ -251,10 +254,8 @@ check-aarch64:
 HASWELL_FLAGS = fpu tsc cx8 cmov mmx fxsr sse sse2 pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt \
   aes xsave avx f16c rdrand lahf_lm abm fsgsbase bmi1 avx2 smep bmi2 erms
 NEHALEM_FLAGS = fpu tsc cx8 cmov mmx fxsr sse sse2 pni ssse3 cx16 sse4_1 sse4_2 popcnt lahf_lm
-check-x86-baselines:
+check-x86-baselines: build/kernels_identical
 	command -v qemu-x86_64 >/dev/null || (apt-get update -qq && apt-get install -y -qq qemu-user)
-	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o build/kernels_identical
 	@$(call CHECK_ISAS,Haswell,$(HASWELL_FLAGS),qemu-x86_64 -cpu Haswell build/kernels_identical)
 	@$(call CHECK_ISAS,Nehalem,$(NEHALEM_FLAGS),qemu-x86_64 -cpu Nehalem build/kernels_identical)
 	qemu-x86_64 -cpu Haswell build/kernels_identical --quick 2>/dev/null
