@@ -35,7 +35,7 @@ class build_ext_with_library(build_ext):
         super().run()
         build_pkg = os.path.join(self.build_lib, "pyrope")
         self.announce("linking libpyrope", level=2)
-        _builder().build_library(build_pkg, self.build_temp, objects)
+        _builder().build_library(build_pkg, objects)
         if self.inplace:
             for built, source in self._library_mapping():
                 self.mkpath(os.path.dirname(source))

@@ -243,16 +243,16 @@ def link_shared_objects(ext, objects):
     """Make the setuptools Extension ``ext`` (setup.py's, from ``ffibuilder``)
     link ``objects`` instead of compiling the C core again: its sources are
     then cffi's module alone, and a newer object relinks it."""
-    ext.sources = [s for s in ext.sources if os.path.normpath(s) not in map(os.path.normpath, SOURCES)]
+    core = {os.path.normpath(s) for s in SOURCES}
+    ext.sources = [s for s in ext.sources if os.path.normpath(s) not in core]
     ext.extra_objects = list(objects)
     ext.depends = list(ext.depends) + list(objects)
 
 
-def build_library(package_dir, tmp_dir, objects=None):
-    """Link ``libpyrope`` from ``objects`` (compiled into ``tmp_dir`` first
-    when not given: :func:`compile_objects`) and put it, ``pyrope.h`` and
-    ``pyrope.pc`` under ``package_dir`` (:func:`library_outputs`). Returns
-    the paths written (none but on Linux)."""
+def build_library(package_dir, objects):
+    """Link ``libpyrope`` from ``objects`` (:func:`compile_objects`) and put
+    it, ``pyrope.h`` and ``pyrope.pc`` under ``package_dir``
+    (:func:`library_outputs`). Returns the paths written (none but on Linux)."""
     if not LIBRARY_PLATFORM:
         return []
     major, minor, patch, _ = header_version()
@@ -260,8 +260,6 @@ def build_library(package_dir, tmp_dir, objects=None):
     lib_dir = os.path.join(package_dir, LIB_DIR)
     for d in (os.path.join(lib_dir, "pkgconfig"), os.path.join(package_dir, INCLUDE_DIR)):
         os.makedirs(d, exist_ok=True)
-    if objects is None:
-        objects = compile_objects(os.path.join(tmp_dir, "libpyrope"))
     # written under a temporary name and renamed: a failed build leaves the old library
     partial = os.path.join(lib_dir, f".{soname}.partial")
     subprocess.run(_compiler() + ["-shared", f"-Wl,-soname,{soname}", "-Wl,-z,defs", "-o", partial] + list(objects)
@@ -287,4 +285,4 @@ if __name__ == "__main__":
         if not (os.path.exists(expected) and os.path.samefile(built, expected)):   # (a symlinked root is fine)
             sys.exit(f"cffi wrote the extension to {built}, not {expected}")
         remove_shadowing_builds(built)
-        build_library(HERE, tmp, objects)
+        build_library(HERE, objects)

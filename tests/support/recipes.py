@@ -141,8 +141,6 @@ def main():
     docs_name_the_files()
     copy_tree()
     apply_recipes()
-    sources = sorted(os.path.relpath(os.path.join(d, f), TREE) for d, _, fs in os.walk(os.path.join(TREE, "csrc"))
-                     for f in fs if f.endswith(".c"))
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
     # the C core with both recipes, under ASan + UBSan, compiled once (in parallel,

@@ -52,13 +52,16 @@ ROPE_AVX2 static inline __m256i hmax_bits(__m256i m)
     return _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
 }
 
-/* amax as scalar/quant.c gives it: the default NaN if any |v| is a NaN. */
-ROPE_AVX2 static inline __m256 amax_of(__m256i m)
+/* amaxes as scalar/quant.c gives them from maxima of |bits|, lane by lane:
+ * the default NaN where one is a NaN's. */
+ROPE_AVX2 static inline __m256 amax_lanes(__m256i m)
 {
-    m = hmax_bits(m);
     const __m256i nan = _mm256_cmpgt_epi32(m, _mm256_set1_epi32(0x7F800000));
     return _mm256_castsi256_ps(_mm256_blendv_epi8(m, _mm256_set1_epi32(DEFAULT_NAN), nan));
 }
+
+/* amax as scalar/quant.c gives it: the default NaN if any |v| is a NaN. */
+ROPE_AVX2 static inline __m256 amax_of(__m256i m) { return amax_lanes(hmax_bits(m)); }
 
 /* Four vectors of 8 int32 (each in -255..255) to 32 bytes in lane order;
  * US: unsigned saturation (float8 codes), else signed (int8). */
@@ -282,9 +285,8 @@ ROPE_AVX2 void rope_quantise_q8_0_avx2(const float *in, int64_t n, void *outv, f
             _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(t01), _mm256_castsi256_ps(t23), 0x44)),
             _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(t01), _mm256_castsi256_ps(t23), 0xEE)));
         m = _mm256_max_epi32(m, _mm256_shuffle_epi32(m, 0xB1));
-        m = _mm256_blendv_epi8(m, _mm256_set1_epi32(DEFAULT_NAN), _mm256_cmpgt_epi32(m, _mm256_set1_epi32(0x7F800000)));
         const __m128 amax = _mm256_castps256_ps128(
-            _mm256_permutevar8x32_ps(_mm256_castsi256_ps(m), _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
+            _mm256_permutevar8x32_ps(amax_lanes(m), _mm256_setr_epi32(0, 4, 2, 6, 0, 0, 0, 0)));
         const __m128 d = _mm_div_ps(amax, _mm_set1_ps(127.0f));
         /* id = d != 0 ? 1 / d : 0 (a NaN d is != 0: id NaN, as scalar) */
         const __m128 id = _mm_and_ps(_mm_div_ps(_mm_set1_ps(1.0f), d), _mm_cmp_ps(d, _mm_setzero_ps(), _CMP_NEQ_UQ));

@@ -33,15 +33,21 @@ ROPE_AVX512 static inline __m512i abs_bits(__m512 v)
     return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7FFFFFFF));
 }
 
-/* amax from the max of |bits| (every lane): the default NaN if it is a NaN. */
+/* amaxes from maxima of |bits|, lane by lane: the default NaN where one is a NaN's. */
+ROPE_AVX512 static inline __m512 amax_lanes(__m512i m)
+{
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(m, _mm512_set1_epi32(0x7F800000));
+    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(m, nan, _mm512_set1_epi32(DEFAULT_NAN)));
+}
+
+/* amax from the max of |bits| (every lane). */
 ROPE_AVX512 static inline __m512 amax_of(__m512i m)
 {
     m = _mm512_max_epi32(m, _mm512_shuffle_i32x4(m, m, 0x4E));
     m = _mm512_max_epi32(m, _mm512_shuffle_i32x4(m, m, 0xB1));
     m = _mm512_max_epi32(m, _mm512_shuffle_epi32(m, (_MM_PERM_ENUM)0x4E));
     m = _mm512_max_epi32(m, _mm512_shuffle_epi32(m, (_MM_PERM_ENUM)0xB1));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(m, _mm512_set1_epi32(0x7F800000));
-    return _mm512_castsi512_ps(_mm512_mask_mov_epi32(m, nan, _mm512_set1_epi32(DEFAULT_NAN)));
+    return amax_lanes(m);
 }
 
 /* ---- int8 ------------------------------------------------------------------ */
@@ -204,10 +210,8 @@ ROPE_AVX512 static inline __m128i q_q8_0(__m512 v, __m512 id)
  * of each block from its id broadcast. */
 ROPE_AVX512 static inline void q8_0_blocks(const float *x, unsigned char *blk, int k, __m512i m)
 {
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(m, _mm512_set1_epi32(0x7F800000));
-    m = _mm512_mask_mov_epi32(m, nan, _mm512_set1_epi32(DEFAULT_NAN));
     const __m128 amax = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), _mm512_castsi512_ps(m)));
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), amax_lanes(m)));
     const __m128 d = _mm_div_ps(amax, _mm_set1_ps(127.0f));
     /* id = d != 0 ? 1 / d : 0 (a NaN d is != 0: id NaN, as scalar) */
     const __m128 id = _mm_maskz_div_ps(_mm_cmp_ps_mask(d, _mm_setzero_ps(), _CMP_NEQ_UQ), _mm_set1_ps(1.0f), d);
