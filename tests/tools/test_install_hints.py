@@ -6,6 +6,7 @@ A hint installs pyrope from a path: the checkout (``.``, ``'.[gguf]'``, ``-e .``
 or a wheel built from it (``dist/pyrope_rotary-*.whl``), with extras pyproject.toml
 defines; or it names a package of the index that pyproject depends on
 (``pip install ml_dtypes``): never pyrope itself by a name."""
+import os
 import pathlib
 import re
 import sys
@@ -46,14 +47,18 @@ def normalized(name):
 
 
 def text_files():
-    """The files to scan; not this one, whose examples of refused hints are refused."""
-    for path in sorted(ROOT.rglob("*")):
-        rel = path.relative_to(ROOT)
+    """The files to scan; not this one, whose examples of refused hints are refused,
+    nor any virtual environment's, whatever its folder is called (a user's venv made
+    inside the checkout holds other projects' hints)."""
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")
+                   and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))]
+        found += [pathlib.Path(folder, f) for f in files]
+    for path in sorted(found):
         if path == pathlib.Path(__file__).resolve():
             continue
-        if any(part in SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts[:-1]):
-            continue
-        if path.is_file() and (path.suffix in TEXT_SUFFIXES or path.name in ("Makefile", "run")):
+        if path.suffix in TEXT_SUFFIXES or path.name in ("Makefile", "run"):
             yield path
 
 
