@@ -45,6 +45,8 @@ def rerotate(rope, k, from_positions, to_positions, *, seq_axis=-3):
     (rotated in their own storage; not differentiable: a ``k`` that requires
     grad, with grad enabled, is a ``ValueError``).
     """
+    if isinstance(rope, Rope):   # its method (which torch.compile traces into pyrope's op)
+        return rope.rerotate(k, from_positions, to_positions, seq_axis=seq_axis)
     return _rekey.rerotate(Rope, rope, k, from_positions, to_positions, seq_axis=seq_axis)
 
 

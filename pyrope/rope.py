@@ -14,6 +14,7 @@ from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_l
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
 from ._interop.edge import PASS as _PASS, Edge
+from ._interop.views import tracing as _tracing
 from ._ops import rekey as _rekey, shift as _shift
 from .prepared import PreparedApply, PreparedApplyQK, PreparedRotation  # noqa: F401 (pyrope.rope.PreparedRotation)
 from ._readers.hf_config import hf_rope_arguments
@@ -282,8 +283,12 @@ class Rope:
         Tensor or DLPack ``positions`` (a torch int tensor) give tables of
         their type (``dtype`` may then be ``torch.float32``/``torch.float64``).
         """
-        if type(positions) is not np.ndarray and _COS_SIN.foreign((self, positions, dtype)):
-            return _COS_SIN.convert(Rope.cos_sin, (self, positions, dtype))
+        if type(positions) is not np.ndarray:
+            if _tracing():   # torch.compile / torch.export: the custom op (pyrope._interop.torch_ops)
+                from ._interop import torch_ops
+                return torch_ops.traced_cos_sin(self, positions, dtype)
+            if _COS_SIN.foreign((self, positions, dtype)):
+                return _COS_SIN.convert(Rope.cos_sin, (self, positions, dtype))
         try:
             kind = None if dtype is None else np.dtype(dtype)
         except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
@@ -613,6 +618,10 @@ class Rope:
                     and _paged.direct(self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
                                       "Rope.cache_write", k_scale, v_scale)):
                 return k_cache, v_cache
+        if type(k) is not _ndarray and _tracing():   # the custom op (see apply)
+            from ._interop import torch_ops
+            return torch_ops.traced_cache_write(self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm,
+                                                layout, k_scale, v_scale)
         if _CACHE_WRITE.foreign((self, k, v, k_cache, v_cache, slot_mapping, positions, offset, norm, layout,
                                    k_scale, v_scale)):
             return _CACHE_WRITE.convert(_cache_write, (self, k, v, k_cache, v_cache, slot_mapping, positions,
@@ -644,6 +653,10 @@ class Rope:
         docs/ACCURACY.md ("Shifting quantised keys") gives the error after
         repeated shifts of a quantised cache.
         """
+        if type(k_cache) is not _ndarray and _tracing():   # the custom op (see apply)
+            from ._interop import torch_ops
+            return torch_ops.traced_shift_keys(self, k_cache, slot_mapping, from_positions, to_positions, layout,
+                                               k_scale)
         return _shift.shift_keys(Rope, self, k_cache, slot_mapping, from_positions, to_positions, layout=layout,
                                  k_scale=k_scale)
 
@@ -655,6 +668,9 @@ class Rope:
 
         Fixes this layer's cached keys only: see :func:`pyrope.cache.rerotate`.
         """
+        if type(k) is not _ndarray and _tracing():   # the custom op (see apply)
+            from ._interop import torch_ops
+            return torch_ops.traced_rerotate(self, k, from_positions, to_positions, seq_axis)
         return _rekey.rerotate(Rope, self, k, from_positions, to_positions, seq_axis=seq_axis)
 
     def convert_keys(self, k, positions, to_rope, *, seq_axis=-3, out=None):
@@ -748,6 +764,9 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles, norm=No
     the edge here: viewed as arrays, they call ``apply`` again."""
     if type(x) is not _ndarray or (out is not None and type(out) is not _ndarray) or (
             positions is not None and type(positions) is not _ndarray):
+        if _tracing():   # torch.compile / torch.export: the custom op, which tracing records
+            from ._interop import torch_ops
+            return torch_ops.traced_apply(rope, x, positions, offset, seq_axis, out, inverse, angles, norm)
         result = _APPLY.run(_apply, (rope, x, positions, offset, seq_axis, out, inverse, angles, norm))
         if result is not _PASS:
             return result
@@ -758,6 +777,9 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles, norm=No
 
 def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm=None, k_norm=None):
     """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
+    if type(q) is not _ndarray and _tracing():
+        from ._interop import torch_ops
+        return torch_ops.traced_apply_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm)
     result = _APPLY_QK.run(_apply_qk, (rope, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm))
     if result is not _PASS:
         return result

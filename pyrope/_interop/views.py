@@ -47,6 +47,14 @@ def torch_of(obj):
     return torch if torch is not None and isinstance(obj, torch.Tensor) else None
 
 
+def tracing():
+    """Is torch tracing this call (``torch.compile``, ``torch.export``)? Then
+    tensors go to pyrope's custom ops (``torch_ops``), which tracing records,
+    instead of to numpy views, which it cannot."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def grad_needed(objs):
     """Is grad enabled and does one of ``objs`` require it?"""
     torch = sys.modules.get("torch")
