@@ -40,7 +40,7 @@ def _wrap(original, kind):
                 out = rotation.qk(q, k, unsqueeze_dim)
                 if out is not None:
                     return out
-                rotation.hook.patch.fallbacks += 1
+                rotation.hook.patch.note_fallback()
             return original(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
     else:
         @functools.wraps(original)
@@ -50,7 +50,7 @@ def _wrap(original, kind):
                 out = rotation.one(tensor)
                 if out is not None:
                     return out
-                rotation.hook.patch.fallbacks += 1
+                rotation.hook.patch.note_fallback()
             return original(tensor, sin, cos)
     apply_rotary_pos_emb._pyrope_original = original
     return apply_rotary_pos_emb

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import Resolved, Rope
+from .._interop.views import tracing
 
 TAG = "_pyrope_rotation"
 SERVED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # what Rope.apply takes as tensors
@@ -47,6 +48,16 @@ def narrow(rope):
                                  rule="explicit", params={}))
 
 
+def _build_ropes(config, length, layer_type):
+    """``(rope, narrow rope)`` of ``config`` at ``seq_len=length``."""
+    rope = Rope.from_hf_config(config, seq_len=length, layer_type=layer_type)
+    return rope, narrow(rope)
+
+
+# a length met only while tracing (dynamic NTK past its window): built outside the graph
+_build_ropes_eagerly = torch.compiler.disable(_build_ropes)
+
+
 class Rotation:
     """What one rotary-embedding call computed tables for: the rope (and its
     prefix-only twin) and the positions ``[batch or 1, seq]`` (int64)."""
@@ -80,7 +91,7 @@ class Rotation:
         rope = self._rope_for(q, seq_axis)
         if rope is None or self._rope_for(k, seq_axis) is not rope:
             return None
-        self.hook.patch.calls += 1
+        self.hook.patch.note_call()
         return rope.apply_qk(q, k, self.positions, seq_axis=seq_axis)  # new tensors; autograd when needed
 
     def one(self, x):
@@ -88,7 +99,7 @@ class Rotation:
         rope = self._rope_for(x, -3)
         if rope is None:
             return None
-        self.hook.patch.calls += 1
+        self.hook.patch.note_call()
         return rope.apply(x, self.positions, seq_axis=-3)
 
 
@@ -141,18 +152,28 @@ class RotaryHook:
         key = (layer_type, "long" if length is not None and self.rope_type(layer_type) == "longrope" else length)
         found = self.ropes.get(key)
         if found is None:
-            rope = Rope.from_hf_config(self.config, seq_len=length, layer_type=layer_type)
-            found = (rope, narrow(rope))
+            found = (_build_ropes if not tracing() else _build_ropes_eagerly)(self.config, length, layer_type)
             if len(self.ropes) >= self.MAX_ROPES:
                 self.ropes.clear()
             self.ropes[key] = found
         return found
 
+    def prepare(self, layer_types):
+        """Build the ropes of the window (``seq_len=None``) now, so that a traced
+        forward (``torch.compile``) finds them made."""
+        for layer_type in layer_types:
+            key = (layer_type, None)
+            if key not in self.ropes:
+                self.ropes[key] = _build_ropes(self.config, None, layer_type)
+
     def tables(self, x, positions, rope, narrow_rope):
-        """The module's output for ``positions`` from ``rope``'s exact rows, cos tagged."""
+        """The module's output for ``positions`` (an ndarray, or while torch traces
+        the position ids themselves) from ``rope``'s exact rows, cos tagged."""
         cos, sin = rope.cos_sin(positions)
+        if isinstance(cos, np.ndarray):
+            cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
         build, cos_index = FORMATS[self.fmt]
-        out = tuple(t.to(x.dtype) for t in build(torch.from_numpy(cos), torch.from_numpy(sin)))
+        out = tuple(t.to(x.dtype) for t in build(cos, sin))
         setattr(out[cos_index], TAG, Rotation(self, rope, narrow_rope, positions))
         return out
 
@@ -160,10 +181,12 @@ class RotaryHook:
         if (not isinstance(position_ids, torch.Tensor) or position_ids.ndim != 2 or position_ids.numel() == 0
                 or position_ids.device.type != "cpu" or position_ids.dtype.is_floating_point):
             # not the [batch, seq] positions of a text model (e.g. three rows of multimodal positions)
-            self.patch.fallbacks += 1
+            self.patch.note_fallback()
             extra = () if layer_type is None else (layer_type,)
             return self.original(x, position_ids, *extra)
-        # a copy: the tables stand for the positions as they are now, whatever becomes of the tensor
-        positions = np.array(position_ids.detach().numpy(), dtype=np.int64)
+        if tracing():   # torch.compile: the position ids stay a tensor, pyrope's ops take them
+            positions = position_ids
+        else:   # a copy: the tables stand for the positions as they are now, whatever becomes of the tensor
+            positions = np.array(position_ids.detach().numpy(), dtype=np.int64)
         rope, narrow_rope = self.ropes_for(x, position_ids, positions, layer_type)
         return self.tables(x, positions, rope, narrow_rope)

@@ -35,6 +35,7 @@ import inspect
 import sys
 import weakref
 
+from .._interop.views import tracing
 from ..errors import ImportError, RopeError, TypeError, ValueError
 
 try:
@@ -62,6 +63,9 @@ class Patch:
     ``model``: the model; ``calls``: rotations done by pyrope (one per
     ``apply_rotary_pos_emb`` call); ``fallbacks``: calls handed to
     transformers' own code (positions or shapes pyrope does not take).
+    Both count eager calls only: a compiled graph's rotations run as
+    ``torch.ops.pyrope`` ops, uncounted (a counter the graph changed would
+    make torch recompile it at every call).
     A context manager: leaving the ``with`` block unpatches.
     """
 
@@ -70,6 +74,16 @@ class Patch:
         self.calls = 0
         self.fallbacks = 0
         self._undo = None
+
+    def note_call(self):
+        """One more rotation by pyrope (not counted while torch traces)."""
+        if not tracing():
+            self.calls += 1
+
+    def note_fallback(self):
+        """One more call handed to transformers (not counted while torch traces)."""
+        if not tracing():
+            self.fallbacks += 1
 
     @property
     def active(self):
@@ -117,6 +131,7 @@ def patch(model):
     original = rotary.__dict__.get("forward", type(rotary).forward.__get__(rotary))
     fmt, slices_prefix = _check(name, rotary, module, kind, config)
     hook = _hf_rotary.RotaryHook(p, rotary, original, config, fmt, slices_prefix)
+    hook.prepare(_layer_types(rotary))
 
     _hf_apply.install(module, kind)
     if getattr(getattr(module, _hf_apply.NAME), "_pyrope_original", None) is None:

@@ -200,6 +200,14 @@ def test_patched_model_matches_transformers(case, references, monkeypatch):
 # --------------------------------------------------------------------------------------------
 # The same comparison fails with a wrong rope (injected after patch(), past its own check)
 
+def _forget_ropes(model):
+    """Drop the ropes patch() built (after its check), so that the next forward builds them again."""
+    for m in model.modules():
+        hook = m.__dict__.get("forward")
+        if isinstance(hook, _hf_rotary.RotaryHook):
+            hook.ropes.clear()
+
+
 def _wrong_from_hf_config(monkeypatch, change):
     def wrong(cls, config, **kwargs):
         rope = FROM_HF_CONFIG(cls, config, **kwargs)
@@ -231,6 +239,7 @@ def test_wrong_rope_fails_the_comparison(wrong, references, monkeypatch):
                 lambda cls, config, **kw: FROM_HF_CONFIG(cls, config, **{**kw, "layer_type": "full_attention"})))
         else:
             _wrong_from_hf_config(monkeypatch, change)
+        _forget_ropes(model)
         got = run(model)
     with pytest.raises(AssertionError, match="logits differ"):
         assert_matches(ref, got)
