@@ -267,6 +267,14 @@ typedef struct {
 ROPE_API int rope_rotate(const rope_op *op, const rope_tensor *tensors, int n_tensors,
                          const rope_angles *angles);
 
+/* rope_rotate of one or two tensors whose data pointers come as addresses
+ * (a binding's integers, such as torch's data_ptr(), which it would
+ * otherwise wrap as pointers call by call): tensors[0].x and .out are set
+ * to x0 and out0, tensors[1]'s (n_tensors == 2) to x1 and out1, then
+ * rope_rotate runs with every check. n_tensors 1 or 2, else ROPE_E_COUNT. */
+ROPE_API int rope_rotate_at(const rope_op *op, rope_tensor *tensors, int n_tensors, const rope_angles *angles,
+                            uintptr_t x0, uintptr_t out0, uintptr_t x1, uintptr_t out1);
+
 /* ---- staged calls: a norm before the rotation, a cache slot after it ------ */
 
 /* What happens to one tensor of rope_rotate_staged around its rotation. */

@@ -14,6 +14,7 @@ from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_l
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
 from ._interop.edge import PASS as _PASS, Edge
+from ._interop import tensor_direct as _tensor_direct
 from ._interop.views import tracing as _tracing
 from ._ops import rekey as _rekey, shift as _shift
 from .prepared import PreparedApply, PreparedApplyQK, PreparedRotation  # noqa: F401 (pyrope.rope.PreparedRotation)
@@ -475,6 +476,11 @@ class Rope:
                     if rows is not None and call.launch_one(x, result, rows.angles, positions, offset, "Rope.apply",
                                                             data):
                         return result
+        elif (type(x) is _tensor_direct.TENSOR and positions is None and norm is None and (out is x or out is None)
+              and type(offset) is int and type(seq_axis) is int and (angles is _AUTO or angles == _AUTO)):
+            result = _tensor_direct.apply(self, x, offset, seq_axis, out, inverse)   # a decode call on a tensor
+            if result is not None:
+                return result
         return _general(self, x, positions, offset, seq_axis, out, inverse, angles, norm)
 
     def apply_qk(self, q, k, positions=None, *, offset=0, seq_axis=-3, out=None, angles="auto", q_norm=None,
@@ -777,6 +783,11 @@ def _general(rope, x, positions, offset, seq_axis, out, inverse, angles, norm=No
 
 def _general_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm=None, k_norm=None):
     """``apply_qk`` through the general path (tensors: see :func:`_general`)."""
+    if type(q) is _tensor_direct.TENSOR and positions is None and q_norm is None and k_norm is None \
+            and type(offset) is int and type(seq_axis) is int and (angles is _AUTO or angles == _AUTO):
+        result = _tensor_direct.apply_qk(rope, q, k, offset, seq_axis, out)   # a decode call on tensors
+        if result is not None:
+            return result
     if type(q) is not _ndarray and _tracing():
         from ._interop import torch_ops
         return torch_ops.traced_apply_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm, k_norm)

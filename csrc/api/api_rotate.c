@@ -183,3 +183,19 @@ int rope_rotate(const rope_op *given_op, const rope_tensor *tensors, int n_tenso
     rope_parallel_for(rotate_range, (void *)&j, n_tokens, bytes, op->n_threads);
     return atomic_load(&missed) ? ROPE_E_POSITION : ROPE_OK;
 }
+
+int rope_rotate_at(const rope_op *op, rope_tensor *tensors, int n_tensors, const rope_angles *angles,
+                   uintptr_t x0, uintptr_t out0, uintptr_t x1, uintptr_t out1)
+{
+    if (!tensors)
+        return ROPE_E_NULL;
+    if (n_tensors != 1 && n_tensors != 2)
+        return ROPE_E_COUNT;
+    tensors[0].x = (const void *)x0;
+    tensors[0].out = (void *)out0;
+    if (n_tensors == 2) {
+        tensors[1].x = (const void *)x1;
+        tensors[1].out = (void *)out1;
+    }
+    return rope_rotate(op, tensors, n_tensors, angles);
+}

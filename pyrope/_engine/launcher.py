@@ -29,6 +29,7 @@ _CHARS = BUFFER_TYPES["char"]
 _from_buffer = ffi.from_buffer
 _positions_pointer = functools.partial(ffi.from_buffer, BUFFER_TYPES["int64_t"])
 _rotate = lib.rope_rotate
+_rotate_at = lib.rope_rotate_at
 _rotate_staged = lib.rope_rotate_staged
 _rotate_quantised = lib.rope_rotate_quantised
 _NULL = ffi.NULL
@@ -231,6 +232,35 @@ class Call:
                         return False
                     raise_for_status(status, where)
         return self.launch((x,), (out,), template, positions, offset, where, stage_data=stage_data)
+
+    def launch_at(self, template, offset, where, x0, out0, x1=0, out1=0):
+        """:meth:`launch` at ``offset`` of a Call of one or two tensors without
+        stages, their data as addresses (``x0``, ``out0``, ``x1``, ``out1``:
+        integers, the first elements of torch tensors, ``tensor_direct.py``):
+        the same answers, True rotated, False nothing written (C's refusals
+        the general path copes with, checked as for arrays: overlaps,
+        alignment, rows)."""
+        if template is None or self._stages is not None:
+            return False
+        try:
+            op, threads, slots, t, a, held, st, qu = self._local.bound
+        except AttributeError:
+            op, threads, slots, t, a, held, st, qu = self._bind()
+        if threads != _isa.NUM_THREADS:
+            op, threads, slots, t, a, held, st, qu = self._bind()
+        if held is not template:
+            ffi.memmove(a, template, _ANGLES_SIZE)
+            self._local.bound[5] = template
+        try:
+            a.offset = offset
+        except OverflowError:   # an offset beyond int64
+            return False
+        status = _rotate_at(op, t, self.n_tensors, a, x0, out0, x1, out1)
+        if not status:
+            return True
+        if status in _FALL_BACK:
+            return False
+        raise_for_status(status, where)
 
 
 def direct_position_strides(positions, n_seq, x):

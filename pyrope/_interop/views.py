@@ -78,6 +78,8 @@ def _torch_floats(torch):
         _TORCH_FLOATS.update({torch.float32: np.dtype(np.float32), torch.float16: np.dtype(np.float16),
                               torch.float64: np.dtype(np.float64)})
         _TORCH_PLAIN.update((torch.float32, torch.float16, torch.float64))
+        from . import tensor_direct
+        tensor_direct.learn(torch, _TORCH_FLOATS)   # the direct path takes tensors from now on
     return _TORCH_FLOATS
 
 
