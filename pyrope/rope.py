@@ -10,7 +10,7 @@ import numpy as np
 
 from ._engine import binding as _binding, tables as _engine_tables, paged as _paged, plan as _plan, stages as _stages
 from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
-                             out_pair, positions_array, too_large)
+                             out_pair, positions_array, table_dtype, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
 from ._interop.edge import PASS as _PASS, Edge
@@ -290,12 +290,7 @@ class Rope:
                 return torch_ops.traced_cos_sin(self, positions, dtype)
             if _COS_SIN.foreign((self, positions, dtype)):
                 return _COS_SIN.convert(Rope.cos_sin, (self, positions, dtype))
-        try:
-            kind = None if dtype is None else np.dtype(dtype)
-        except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
-            kind = None
-        if kind != np.float32 and kind != np.float64:
-            raise TypeError(f"dtype must be float32 or float64, got {dtype!r:.200}")
+        kind = table_dtype(dtype)
         pos = positions_array("positions", positions)
         sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
         # The tables first (untouched memory costs nothing): positions of any

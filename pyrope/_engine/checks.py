@@ -172,6 +172,18 @@ def as_positions(name, value):
     return checked_positions(name, positions_array(name, value))
 
 
+def table_dtype(dtype):
+    """``dtype`` as numpy's float32 or float64 (the tables' types), else a
+    ``TypeError`` naming ``dtype``."""
+    try:
+        kind = None if dtype is None else np.dtype(dtype)
+    except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
+        kind = None
+    if kind != np.float32 and kind != np.float64:
+        raise TypeError(f"dtype must be float32 or float64, got {dtype!r:.200}")
+    return kind
+
+
 def positions_array(name, value):
     """``value`` as an integer ndarray (a view where it can be), its dtype
     checked but not its values: shapes can be checked before the values are

@@ -105,6 +105,15 @@ class Call:
         self._local.bound = bound
         return bound
 
+    def _current(self):
+        """This thread's descriptors (:meth:`_bind`), made again if the thread
+        count changed since."""
+        try:
+            bound = self._local.bound
+        except AttributeError:
+            return self._bind()
+        return bound if bound[1] == _isa.NUM_THREADS else self._bind()
+
     def launch(self, sources, results, template, positions, offset, where, strides=None, sections=None,
                fall_back=True, stage_data=None):
         """The launcher: rotate ``sources`` into ``results`` (ndarrays in the
@@ -144,12 +153,7 @@ class Call:
                 return False
         if template is None:
             return False
-        try:
-            op, threads, slots, t, a, held, st, qu = self._local.bound
-        except AttributeError:
-            op, threads, slots, t, a, held, st, qu = self._bind()
-        if threads != _isa.NUM_THREADS:
-            op, threads, slots, t, a, held, st, qu = self._bind()
+        op, threads, slots, t, a, held, st, qu = self._current()
         try:
             # a keeps what the last call on this thread set: refill only what differs
             if positions is None:
@@ -242,12 +246,7 @@ class Call:
         alignment, rows)."""
         if template is None or self._stages is not None:
             return False
-        try:
-            op, threads, slots, t, a, held, st, qu = self._local.bound
-        except AttributeError:
-            op, threads, slots, t, a, held, st, qu = self._bind()
-        if threads != _isa.NUM_THREADS:
-            op, threads, slots, t, a, held, st, qu = self._bind()
+        op, threads, slots, t, a, held, st, qu = self._current()
         if held is not template:
             ffi.memmove(a, template, _ANGLES_SIZE)
             self._local.bound[5] = template

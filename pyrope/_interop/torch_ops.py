@@ -36,6 +36,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .._engine.checks import table_dtype
 from ..errors import TypeError, ValueError
 
 Tensor = torch.Tensor
@@ -345,16 +346,9 @@ def traced_apply_qk(rope, q, k, positions, offset, seq_axis, out, angles, q_norm
 def _table_dtype(dtype):
     """torch.float32 or torch.float64 for a cos_sin ``dtype`` (numpy's or torch's),
     worked out when tracing."""
-    import numpy as np
     if dtype is torch.float32 or dtype is torch.float64:
         return dtype
-    try:
-        kind = None if dtype is None else np.dtype(dtype)
-    except Exception:   # numpy refuses odd dtype specs with TypeError or ValueError
-        kind = None
-    if kind != np.float32 and kind != np.float64:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype!r:.200}")
-    return torch.float32 if kind == np.float32 else torch.float64
+    return torch.float32 if table_dtype(dtype).itemsize == 4 else torch.float64
 
 
 def traced_cos_sin(rope, positions, dtype):
