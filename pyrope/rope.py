@@ -9,8 +9,8 @@ import dataclasses
 import numpy as np
 
 from ._engine import binding as _binding, tables as _engine_tables, paged as _paged, plan as _plan, stages as _stages
-from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, checked_positions,
-                             out_pair, positions_array, table_dtype, too_large)
+from ._engine.checks import (as_base, as_bool, as_even_dim, as_float_array, as_layout, out_pair,
+                             position_bounds, positions_array, table_dtype, too_large)
 from ._engine.direct import GENERAL, may_share, qk_marks
 from ._engine.general import ANGLES, Job  # noqa: F401 (pyrope.rope.ANGLES)
 from ._interop.edge import PASS as _PASS, Edge
@@ -30,6 +30,8 @@ from .scaling import resolve
 
 _MISSING = object()
 _AUTO = "auto"   # the default, so `angles is _AUTO` decides the common case (any other object: `==` on a str)
+
+_SMALL_TABLE = 4096   # positions whose tables cos_sin makes without reserving them first
 
 
 class Rope:
@@ -293,24 +295,49 @@ class Rope:
         kind = table_dtype(dtype)
         pos = positions_array("positions", positions)
         sectioned = self._mrope_section is not None and pos.ndim >= 2 and pos.shape[0] == len(self._mrope_section)
-        # The tables first (untouched memory costs nothing): positions of any
+        # Large tables first (untouched memory costs nothing): positions of any
         # shape are refused at once if their tables cannot exist, before a
-        # value is read.
-        try:
-            tables = _engine_tables.empty_tables(pos.size, self._rotary_dim // 2, kind)
-        except (MemoryError, builtins.ValueError):
-            raise too_large("positions", (pos.size, self._rotary_dim // 2), kind, "the cos and sin tables") from None
-        flat = np.require(checked_positions("positions", pos).reshape(-1), np.int64, ("C", "A"))
-        cos, sin = _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
-                                         where="Rope.cos_sin(positions)", tables=tables)
+        # value is read. A few rows (a decode step's) are made as they are filled.
+        tables = None
+        if pos.size > _SMALL_TABLE:
+            try:
+                tables = _engine_tables.empty_tables(pos.size, self._rotary_dim // 2, kind)
+            except (MemoryError, builtins.ValueError):
+                raise too_large("positions", (pos.size, self._rotary_dim // 2), kind,
+                                "the cos and sin tables") from None
+        cos, sin = self._table_rows(pos, kind, tables)
         half = self._rotary_dim // 2
         if sectioned:  # entry i from the row of pair i's component
             k = pos.shape[0]
-            pick = (self._pair_component[None, :], np.arange(flat.size // k)[:, None], np.arange(half)[None, :])
+            pick = (self._pair_component[None, :], np.arange(cos.shape[0] // k)[:, None], np.arange(half)[None, :])
             cos, sin = cos.reshape(k, -1, half)[pick], sin.reshape(k, -1, half)[pick]
             return cos.reshape(pos.shape[1:] + (half,)), sin.reshape(pos.shape[1:] + (half,))
         shape = pos.shape + (half,)
         return cos.reshape(shape), sin.reshape(shape)
+
+    def _table_rows(self, pos, kind, tables=None):
+        """``(cos, sin)``, ``[pos.size, rotary_dim/2]`` (``tables`` filled, or new
+        arrays), the rows of integer positions ``pos`` (checked here): copied from the cached rows
+        when the positions' span fits the cache (as :meth:`apply` serves them;
+        rows are a pure function of the position, so the bits are those computed
+        afresh), else computed for these positions. A decode step's few
+        positions then cost a copy, not exact cos/sin."""
+        if not pos.size:
+            return tables if tables is not None else _engine_tables.empty_tables(0, self._rotary_dim // 2, kind)
+        lo, hi = position_bounds("positions", pos)
+        flat = pos.reshape(-1)
+        if flat.dtype != np.int64 or not flat.flags.c_contiguous:
+            flat = np.ascontiguousarray(flat, dtype=np.int64)
+        window = self._rows_for(kind).lookup(lo, hi + 1, "Rope.cos_sin(positions)", flat.size)
+        if window is not None:
+            rows = flat - window.start
+            if tables is None:
+                return window.cos[rows], window.sin[rows]
+            np.take(window.cos, rows, axis=0, out=tables[0])
+            np.take(window.sin, rows, axis=0, out=tables[1])
+            return tables
+        return _engine_tables.cos_sin_table(flat, self._inv_freq, self._attention_factor, kind,
+                                            where="Rope.cos_sin(positions)", tables=tables)
 
     def _token_positions(self, positions, batch_shape, n_seq, materialize=True):
         """``(int64 positions for C, sections)``: ``[B or 1, seq]`` and None, or for a

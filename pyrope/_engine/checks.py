@@ -25,6 +25,7 @@ def _power_of_two(x):
 
 
 POSITION_LIMIT = f"+-{MAX_POSITION} (ROPE_MAX_POSITION)"
+_INT64_MAX = int(np.iinfo(np.int64).max)
 INV_FREQ_LIMIT = f"the kernel's largest frequency {MAX_INV_FREQ!r} (ROPE_MAX_INV_FREQ)"
 SCALE_LIMIT = (f"the kernel's range [{_power_of_two(MIN_SCALE)}, {_power_of_two(MAX_SCALE)}] "
                f"(ROPE_MIN_SCALE, ROPE_MAX_SCALE)")
@@ -208,16 +209,28 @@ def positions_array(name, value):
     return arr
 
 
+def position_bounds(name, arr):
+    """``(lowest, highest)`` value of the non-empty integer ndarray ``arr`` (from
+    :func:`positions_array`), each within +-MAX_POSITION (else
+    ``OverflowError``/``ValueError``)."""
+    if arr.size <= 64:   # a decode step's few positions: Python's min/max cost less than numpy's
+        values = arr.ravel().tolist()
+        lo, hi = min(values), max(values)
+    else:
+        lo, hi = int(arr.min()), int(arr.max())
+    if lo < -MAX_POSITION or hi > MAX_POSITION:
+        if hi > _INT64_MAX:
+            raise OverflowError(f"{name} must lie within {POSITION_LIMIT}, got {hi} (beyond int64)")
+        bad = lo if lo < -MAX_POSITION else hi
+        raise ValueError(f"{name} must lie within {POSITION_LIMIT}, got {bad}")
+    return lo, hi
+
+
 def checked_positions(name, arr):
     """Integer ndarray ``arr`` (from :func:`positions_array`) as int64, each
     value within +-MAX_POSITION (else ``OverflowError``/``ValueError``)."""
     if arr.size:
-        lo, hi = int(arr.min()), int(arr.max())
-        if hi > np.iinfo(np.int64).max:
-            raise OverflowError(f"{name} must lie within {POSITION_LIMIT}, got {hi} (beyond int64)")
-        if lo < -MAX_POSITION or hi > MAX_POSITION:
-            bad = lo if lo < -MAX_POSITION else hi
-            raise ValueError(f"{name} must lie within {POSITION_LIMIT}, got {bad}")
+        position_bounds(name, arr)
     return arr.astype(np.int64, copy=False)
 
 

@@ -18,11 +18,19 @@ TAG = "_pyrope_rotation"
 SERVED = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # what Rope.apply takes as tensors
 
 
+# Each format builds the module's output from pyrope's half-width cos, sin, as
+# numpy arrays (eager: cheaper than torch's per-op dispatch for a decode step's
+# small tables) or as tensors (while torch traces, positions and tables are tensors).
+
 def _cat(c, s):  # rotate_half families: each half of the head gets the whole row
+    if isinstance(c, np.ndarray):
+        return np.concatenate((c, c), axis=-1), np.concatenate((s, s), axis=-1)
     return torch.cat((c, c), dim=-1), torch.cat((s, s), dim=-1)
 
 
 def _repeat(c, s):  # Cohere: each entry twice in a row (adjacent pairs)
+    if isinstance(c, np.ndarray):
+        return np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
     return torch.repeat_interleave(c, 2, dim=-1), torch.repeat_interleave(s, 2, dim=-1)
 
 
@@ -169,11 +177,11 @@ class RotaryHook:
     def tables(self, x, positions, rope, narrow_rope):
         """The module's output for ``positions`` (an ndarray, or while torch traces
         the position ids themselves) from ``rope``'s exact rows, cos tagged."""
-        cos, sin = rope.cos_sin(positions)
-        if isinstance(cos, np.ndarray):
-            cos, sin = torch.from_numpy(cos), torch.from_numpy(sin)
         build, cos_index = FORMATS[self.fmt]
-        out = tuple(t.to(x.dtype) for t in build(cos, sin))
+        out = build(*rope.cos_sin(positions))
+        if isinstance(out[0], np.ndarray):
+            out = torch.from_numpy(out[0]), torch.from_numpy(out[1])
+        out = tuple(t.to(x.dtype) for t in out)
         setattr(out[cos_index], TAG, Rotation(self, rope, narrow_rope, positions))
         return out
 
