@@ -181,7 +181,8 @@ class RotaryHook:
         out = build(*rope.cos_sin(positions))
         if isinstance(out[0], np.ndarray):
             out = torch.from_numpy(out[0]), torch.from_numpy(out[1])
-        out = tuple(t.to(x.dtype) for t in out)
+        if out[0].dtype != x.dtype:
+            out = out[0].to(x.dtype), out[1].to(x.dtype)
         setattr(out[cos_index], TAG, Rotation(self, rope, narrow_rope, positions))
         return out
 
