@@ -17,27 +17,14 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import torch
 import transformers
 
 import pyrope
+from pyrope._bench.method import timed
 from pyrope._bench.report import cpu_info, cpu_line
 from pyrope.integrations.transformers import patch
-
-
-def per_call(fn, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def warm(fn, seconds=0.01):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        fn()
 
 
 def main(argv=None):
@@ -65,8 +52,7 @@ def main(argv=None):
             order.reverse()
             got = {}
             for key in order:
-                warm(fns[key])
-                got[key] = per_call(fns[key], args.block)
+                got[key] = timed(fns[key], args.block)[0] * 1e6   # idle 2 ms, warm ~10 ms, time
                 times[key].append(got[key])
             ratios.append(got["pyrope"] / got["transformers"])
     q1, _, q3 = statistics.quantiles(ratios, n=4)

@@ -13,27 +13,14 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
 import torch
 
 import pyrope
+from pyrope._bench.method import timed
 from pyrope._bench.report import cpu_info, cpu_line
-
-
-def per_call(fn, n):
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def warm(fn, seconds=0.01):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        fn()
 
 
 def contenders(rope, batch, dtype):
@@ -70,8 +57,7 @@ def main(argv=None):
             order = order[1:] + order[:1]
             got = {}
             for key in order:
-                warm(fns[key])
-                got[key] = per_call(fns[key], args.block)
+                got[key] = timed(fns[key], args.block)[0] * 1e6   # idle 2 ms, warm ~10 ms, time
                 times[key].append(got[key])
             for call in diffs:
                 diffs[call].append(got[(call, "torch")] - got[(call, "numpy")])
