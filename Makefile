@@ -106,14 +106,16 @@ check-wheel:
 # (configs, contracts, rules and the readers: the folders tests/rules and
 # tests/readers whole; the command line, the docs and the build; the
 # transformers models; torch's tracing of pyrope's custom ops, whose kernels are
-# the eager calls the interop tests make), whose C calls are the ones the kernel tests make, and
+# the eager calls the interop tests make; the distributed runs, whose ranks import
+# torch and transformers anew and make the transformers tests' calls), whose C calls
+# are the ones the kernel tests make, and
 # the fuzz replay, which builds its own sanitized binary. CI stays within its
 # 10 minutes on 2 cores.
 SAN_SKIP_DIRS = rules readers
 SAN_SKIP = tools/fuzz_replay tools/build_names tools/install tools/readme tools/install_hints tools/declared_imports \
   tools/imports tools/cli tools/cli_hardening tools/check tools/benchmark \
-  interop/transformers_patch interop/transformers_compiled interop/torch_ops api/multimodal_model \
-  api/multimodal_positions
+  interop/transformers_patch interop/transformers_compiled interop/torch_ops interop/distributed \
+  api/multimodal_model api/multimodal_positions
 # and single tests that build and run a C program of their own without the
 # sanitizers (`make tsan` runs that one under ThreadSanitizer)
 SAN_DESELECT = tests/kernel/test_thread_pool.py::test_split_calls_in_c

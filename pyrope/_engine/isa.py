@@ -6,9 +6,10 @@ choice is process-wide and republished to C whenever it changes
 (:func:`set_isa`, :func:`forced_isa`, ``PYROPE_ISA``). The thread count is
 Python's: ``NUM_THREADS``, rebound by :func:`set_num_threads`
 (``PYROPE_NUM_THREADS``) and read on every launch, so readers take it as an
-attribute of this module, never a copy. A bad environment variable is kept in
-``ENVIRONMENT_ERRORS``, not raised. A forked child keeps only its own thread's
-``forced_isa`` blocks (a hook of ``locks``).
+attribute of this module, never a copy; by default the CPUs of the affinity
+mask, shared among torchrun's ``LOCAL_WORLD_SIZE`` ranks. A bad environment
+variable is kept in ``ENVIRONMENT_ERRORS``, not raised. A forked child keeps
+only its own thread's ``forced_isa`` blocks (a hook of ``locks``).
 """
 import builtins
 import os
@@ -141,11 +142,30 @@ if _isa_base is None:
 
 # ---- threads -------------------------------------------------------------------
 
-def _default_threads():
+def _cpus():
+    """The CPUs this process may run on (its affinity mask)."""
     try:
-        return max(1, min(MAX_THREADS, len(os.sched_getaffinity(0))))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return max(1, min(MAX_THREADS, os.cpu_count() or 1))
+        return os.cpu_count() or 1
+
+
+def _local_world_size():
+    """How many processes of a distributed run share this machine, as torchrun's
+    ``LOCAL_WORLD_SIZE`` says (None when unset). The variable is torchrun's, not
+    pyrope's: a value that is not a positive integer is ignored, never refused."""
+    try:
+        n = int(os.environ.get("LOCAL_WORLD_SIZE", "").strip())
+    except builtins.ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _default_threads():
+    """The CPUs of the affinity mask, shared among the local ranks of a
+    distributed launch: N ranks on one machine each calling with all its
+    CPUs would put N threads on every core."""
+    return max(1, min(MAX_THREADS, _cpus() // (_local_world_size() or 1)))
 
 
 NUM_THREADS = _default_threads()  # read by every call; set_num_threads changes it
@@ -163,7 +183,13 @@ def set_num_threads(n):
 
 
 def get_num_threads():
-    """The most threads one call may use (default: the CPUs this process may run on)."""
+    """The most threads one call may use.
+
+    Default: the CPUs this process may run on (its affinity mask), divided
+    among the ranks of a distributed launch on this machine when torchrun's
+    ``LOCAL_WORLD_SIZE`` is set (``max(1, cpus // LOCAL_WORLD_SIZE)``; a value
+    that is not a positive integer is ignored). ``PYROPE_NUM_THREADS`` and
+    :func:`set_num_threads` override it."""
     return NUM_THREADS
 
 

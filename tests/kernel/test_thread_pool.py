@@ -1,7 +1,8 @@
 """The thread pool (csrc/core/threads.c) and Python threads: the thread count,
-its setting and environment variable, the bandwidth pass, fork, many Python
-threads calling at once (the GIL is released in C), the split rule and an
-idle pool's CPU time. None may change a single bit."""
+its default (shared among torchrun's local ranks), its setting and
+environment variable, the bandwidth pass, fork, many Python threads calling
+at once (the GIL is released in C), the split rule and an idle pool's CPU
+time. None may change a single bit."""
 import glob
 import os
 import shutil
@@ -68,6 +69,37 @@ def test_num_threads_from_environment():
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], env=env,
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0 and "PYROPE_NUM_THREADS" in out.stderr
+
+
+# LOCAL_WORLD_SIZE -> the ranks sharing the CPUs (None: the value is not torchrun's count, ignored)
+LOCAL_SIZES = [("2", 2), ("3", 3), (" 4 ", 4), ("1", 1), ("100", 100), ("", None), ("0", None), ("-2", None),
+               ("two", None), ("2.0", None)]
+
+
+@pytest.mark.parametrize("value,ranks", LOCAL_SIZES, ids=[repr(v) for v, _ in LOCAL_SIZES])
+@pytest.mark.parametrize("cpus", [1, 2, 8, 200])
+def test_default_threads_are_the_cpus_shared_among_local_ranks(monkeypatch, value, ranks, cpus):
+    monkeypatch.setattr(_isa, "_cpus", lambda: cpus)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+    assert _isa._default_threads() == max(1, min(_isa.MAX_THREADS, cpus // (ranks or 1)))
+
+
+def test_default_threads_under_a_torchrun_launch():
+    # what a rank started by torchrun gets at import, from this process's own affinity mask;
+    # PYROPE_NUM_THREADS and set_num_threads still override it
+    code = ("import os, pyrope; cpus = len(os.sched_getaffinity(0)); default = pyrope.get_num_threads(); "
+            "pyrope.set_num_threads(3); print(cpus, default, pyrope.get_num_threads())")
+    for local, pinned, expected in (("2", None, lambda c: max(1, c // 2)), ("5", None, lambda c: max(1, c // 5)),
+                                    ("many", None, lambda c: min(64, c)), ("2", "3", lambda c: 3)):
+        env = env_with_checkout(LOCAL_WORLD_SIZE=local)
+        env.pop("PYROPE_NUM_THREADS", None)
+        if pinned:
+            env["PYROPE_NUM_THREADS"] = pinned
+        out = subprocess.run([sys.executable, "-W", "error", "-c", code], env=env, capture_output=True, text=True,
+                             cwd=ROOT, timeout=60)
+        assert out.returncode == 0, out.stderr   # a bad LOCAL_WORLD_SIZE is not ours to warn about
+        cpus, default, later = map(int, out.stdout.split())
+        assert (default, later) == (expected(cpus), 3), (local, pinned, out.stdout)
 
 
 @pytest.mark.parametrize("n_threads", [1, 2, 4])
