@@ -322,8 +322,8 @@ class Rope:
         rows are a pure function of the position, so the bits are those computed
         afresh), else computed for these positions. A decode step's few
         positions then cost a copy, not exact cos/sin."""
-        if not pos.size:
-            return tables if tables is not None else _engine_tables.empty_tables(0, self._rotary_dim // 2, kind)
+        if not pos.size:   # (tables are reserved only for many positions)
+            return _engine_tables.empty_tables(0, self._rotary_dim // 2, kind)
         lo, hi = position_bounds("positions", pos)
         flat = pos.reshape(-1)
         if flat.dtype != np.int64 or not flat.flags.c_contiguous:
