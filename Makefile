@@ -26,7 +26,11 @@ TEST_STAMP = build/.installed-test-$(word 1,$(PYTHON_ENV))
 install-test: $(TEST_STAMP)   ## the package plus everything the tests need
 
 # --no-compile: pip would byte-compile every module of torch, transformers and the
-# rest, half of the install's time; Python compiles what the tests import, once
+# rest, half of the install's time; Python compiles what the tests import, once,
+# if it may write the bytecode: with PYTHONDONTWRITEBYTECODE set (some images
+# set it) every process the suite starts would compile torch anew (9.4 s to
+# import torch and transformers against 4.1 s), so no target passes it on.
+unexport PYTHONDONTWRITEBYTECODE
 $(TEST_STAMP): pyproject.toml setup.py pyrope/_build.py $(CSRC_SOURCES) $(CSRC_HEADERS) $(word 2,$(PYTHON_ENV))
 	$(PIP) install --quiet --no-compile -e ".[test,conformance]"
 	mkdir -p build && touch $@
