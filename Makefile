@@ -113,8 +113,7 @@ check-wheel:
 # the eager calls the interop tests make; the distributed runs, whose ranks import
 # torch and transformers anew and make the transformers tests' calls), whose C calls
 # are the ones the kernel tests make, and
-# the fuzz replay, which builds its own sanitized binary. CI stays within its
-# 10 minutes on 2 cores.
+# the fuzz replay, which builds its own sanitized binary.
 SAN_SKIP_DIRS = rules readers
 SAN_SKIP = tools/fuzz_replay tools/build_names tools/install tools/readme tools/install_hints tools/declared_imports \
   tools/imports tools/cli tools/cli_hardening tools/check tools/benchmark \

@@ -56,7 +56,7 @@ import torch.distributed as dist
 
 import pyrope
 from pyrope._bench.method import IDLE, WARM
-from pyrope._bench.report import cpu_info, cpu_line
+from pyrope._bench.report import cpu_info, cpu_line, load_text
 
 WORLD = 2
 Q_HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
@@ -231,7 +231,7 @@ def rank_main(args):
             print(f"{cpu_line(cpu_info())}; {len(os.sched_getaffinity(0))} CPUs; ISA {pyrope.get_isa()}; "
                   f"torch {torch.__version__}; LOCAL_WORLD_SIZE {os.environ.get('LOCAL_WORLD_SIZE')}: "
                   f"pyrope's default threads per rank {defaults}")
-            print(f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} after waiting {waited:.0f} s; "
+            print(f"load average {load_text(os.getloadavg())} after waiting {waited:.0f} s; "
                   f"{args.rounds} rounds; gloo barrier {barrier_seconds() * 1e6:.0f} us")
         else:
             barrier_seconds()
@@ -246,7 +246,7 @@ def rank_main(args):
             if rank == 0:
                 print_case(tokens, times, overlaps, reps, report[0], late)
         if rank == 0:
-            print(f"load average at end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+            print(f"load average at end {load_text(os.getloadavg())}")
     finally:
         dist.destroy_process_group()
 
