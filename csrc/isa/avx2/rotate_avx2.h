@@ -3,7 +3,9 @@
  * storage types' 8- and 4-lane loads and stores (which the stage kernels,
  * stage_avx2.c, use too), the split-half kernel built from a storage type's
  * 16-, 8- and 4-lane loads and stores, its peeling to a 32-byte boundary,
- * and the stack chunk of table entries.
+ * the interleaved kernel built from its 8-lane loads and stores (table
+ * entries duplicated in registers, four heads per step), and the stack
+ * chunk of table entries.
  *
  * The kernels are compiled for that target by function attributes (no
  * global -m flags) and called only after run-time detection. Lane for lane
@@ -30,7 +32,8 @@
  * load into two instructions (two loads of the same bytes). */
 #define ROPE_IN_REGISTER(v) __asm__("" : "+x"(v))
 
-/* Pairs per interleaved chunk whose duplicated cos/sin sit on the stack. */
+/* Pairs per row chunk whose reordered cos/sin sit on the stack (the bfloat16
+ * split-half kernel). */
 #define IL_CHUNK 512
 
 /* ---- the 16-bit storage types' 8- and 4-lane loads and stores ------------
@@ -216,6 +219,82 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
             SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmsub_ps, _mm256_fmadd_ps)     \
         else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */                       \
             SPLIT_HEADS16(T, PART, LD16, ST16, _mm256_fmadd_ps, _mm256_fmsub_ps)     \
+    }
+
+/* ---- interleaved, float32 arithmetic: float32 and float16 storage ---------
+ *
+ * Each step takes 8 pairs (16 lanes) of G heads against the same 8 table
+ * entries, duplicated in registers into (c0 c0 c1 c1 ...) and (s0 s0 s1 s1
+ * ...) by one vpermps per 8 lanes that the G heads share. Per head and 8
+ * lanes a step is then the pair swap of x (vpermilps), one multiply and one
+ * fmaddsub: a split-half step's instructions and the swap. fmaddsub
+ * subtracts in even lanes and adds in odd ones:
+ *   y0 = fma(x0, c, -(x1*s)), y1 = fma(x1, c, x0*s), the scalar formula;
+ * the inverse is fmsubadd (see SPLIT_STEP16). Groups of 4 heads, then 2,
+ * then 1 (docs/ARCHITECTURE.md has the measurements). */
+#define IL_DUP_STEP(LD8, ST8, H, FMAS)                                               \
+    do {                                                                             \
+        __m256 xa = LD8(x + (H) * x_sh + 2 * i);                                     \
+        __m256 xb = LD8(x + (H) * x_sh + 2 * i + 8);                                 \
+        ROPE_IN_REGISTER(xa); /* one load each: not one per use */                   \
+        ROPE_IN_REGISTER(xb);                                                        \
+        /* the same lanes 4 heads on (the next group; the next token's after  \
+         * the last): a prefetch never faults (the address is an integer: no \
+         * pointer past the array is formed), and the 4 heads' streams          \
+         * otherwise outrun the hardware prefetcher on memory-resident calls */  \
+        _mm_prefetch((const char *)((uintptr_t)(x + (H) * x_sh + 2 * i) +             \
+                                    (uintptr_t)(4 * x_sh * (int64_t)sizeof *x)), _MM_HINT_T0); \
+        ST8(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_ps(_mm256_permute_ps(xa, 0xB1), sa))); \
+        ST8(y + (H) * y_sh + 2 * i + 8, FMAS(xb, cb, _mm256_mul_ps(_mm256_permute_ps(xb, 0xB1), sb))); \
+    } while (0)
+
+/* Heads [h, h + G) while G more remain: their 8-pair steps. */
+#define IL_DUP_GROUP(T, LD8, ST8, G, FMAS)                                           \
+    for (; h + (G) <= n_heads; h += (G)) {                                           \
+        const T *x = (const T *)xv + h * x_sh;                                       \
+        T *y = (T *)yv + h * y_sh;                                                   \
+        for (int64_t i = 0; i < n8; i += 8) {                                        \
+            const __m256 c8 = _mm256_loadu_ps(cos + i), s8 = _mm256_loadu_ps(sin + i); \
+            const __m256 ca = _mm256_permutevar8x32_ps(c8, lo), cb = _mm256_permutevar8x32_ps(c8, hi); \
+            const __m256 sa = _mm256_permutevar8x32_ps(s8, lo), sb = _mm256_permutevar8x32_ps(s8, hi); \
+            IL_DUP_STEP(LD8, ST8, 0, FMAS);                                          \
+            if ((G) > 1)                                                             \
+                IL_DUP_STEP(LD8, ST8, 1, FMAS);                                      \
+            if ((G) > 2) {                                                           \
+                IL_DUP_STEP(LD8, ST8, 2, FMAS);                                      \
+                IL_DUP_STEP(LD8, ST8, 3, FMAS);                                      \
+            }                                                                        \
+        }                                                                            \
+    }
+
+#define IL_DUP_HEADS(T, LD8, ST8, FMAS)                                              \
+    {                                                                                \
+        int64_t h = 0;                                                               \
+        IL_DUP_GROUP(T, LD8, ST8, 4, FMAS)                                           \
+        IL_DUP_GROUP(T, LD8, ST8, 2, FMAS)                                           \
+        IL_DUP_GROUP(T, LD8, ST8, 1, FMAS)                                           \
+    }
+
+/* The interleaved kernel of a storage type with 8-lane loads and stores
+ * LD8/ST8 and scalar pair PAIR (the last pairs, fewer than 8). */
+#define ROPE_AVX2_INTERLEAVED(NAME, T, LD8, ST8, PAIR)                               \
+    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+                        int64_t n_heads, const void *cosv, const void *sinv,         \
+                        int64_t half, int inverse)                                   \
+    {                                                                                \
+        const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
+        const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);                \
+        const __m256i hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);                \
+        const int64_t n8 = half & ~(int64_t)7; /* pairs in 8-pair steps */           \
+        if (!inverse)                                                                \
+            IL_DUP_HEADS(T, LD8, ST8, _mm256_fmaddsub_ps)                            \
+        else                                                                         \
+            IL_DUP_HEADS(T, LD8, ST8, _mm256_fmsubadd_ps)                            \
+        for (int64_t h = 0; h < n_heads && n8 < half; h++) /* the last pairs */      \
+            for (int64_t i = n8; i < half; i++) {                                    \
+                const float c = cos[i], s = inverse ? -sin[i] : sin[i];              \
+                PAIR((const T *)xv + h * x_sh, (T *)yv + h * y_sh, 2 * i, 2 * i + 1, c, s); \
+            }                                                                        \
     }
 
 #endif /* ROPE_HAVE_X86 */

@@ -1,5 +1,6 @@
 /* AVX2 rotation kernels for float64 storage (rotate_avx2.h says what every
- * AVX2 kernel shares): float64 arithmetic on float64 table rows. */
+ * AVX2 kernel shares): float64 arithmetic on float64 table rows; interleaved
+ * four heads per step, as float32. */
 #include "rotate_avx2.h"
 
 #ifdef ROPE_HAVE_X86
@@ -28,35 +29,64 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
     }
 }
 
+/* Interleaved: the float32 kernel's scheme (rotate_avx2.h, ROPE_AVX2_INTERLEAVED)
+ * in float64, 4 pairs (8 lanes) per step: the 4 table entries duplicated in
+ * registers by permute4x64 and shared by 4, 2 or 1 heads; per head the pair
+ * swap (permute_pd), a multiply and fmaddsub (fmsubadd for the inverse). */
+#define IL64_STEP(H, FMAS)                                                           \
+    do {                                                                             \
+        __m256d xa = _mm256_loadu_pd(x + (H) * x_sh + 2 * i);                        \
+        __m256d xb = _mm256_loadu_pd(x + (H) * x_sh + 2 * i + 4);                    \
+        ROPE_IN_REGISTER(xa);                                                        \
+        ROPE_IN_REGISTER(xb);                                                        \
+        _mm_prefetch((const char *)((uintptr_t)(x + (H) * x_sh + 2 * i) +             \
+                                    (uintptr_t)(4 * x_sh * (int64_t)sizeof *x)), _MM_HINT_T0); \
+        _mm256_storeu_pd(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_pd(_mm256_permute_pd(xa, 0x5), sa))); \
+        _mm256_storeu_pd(y + (H) * y_sh + 2 * i + 4,                                 \
+                         FMAS(xb, cb, _mm256_mul_pd(_mm256_permute_pd(xb, 0x5), sb))); \
+    } while (0)
+
+#define IL64_GROUP(G, FMAS)                                                          \
+    for (; h + (G) <= n_heads; h += (G)) {                                           \
+        const double *x = (const double *)xv + h * x_sh;                             \
+        double *y = (double *)yv + h * y_sh;                                         \
+        for (int64_t i = 0; i < n4; i += 4) {                                        \
+            const __m256d c4 = _mm256_loadu_pd(cos + i), s4 = _mm256_loadu_pd(sin + i); \
+            const __m256d ca = _mm256_permute4x64_pd(c4, 0x50), cb = _mm256_permute4x64_pd(c4, 0xFA); \
+            const __m256d sa = _mm256_permute4x64_pd(s4, 0x50), sb = _mm256_permute4x64_pd(s4, 0xFA); \
+            IL64_STEP(0, FMAS);                                                      \
+            if ((G) > 1)                                                             \
+                IL64_STEP(1, FMAS);                                                  \
+            if ((G) > 2) {                                                           \
+                IL64_STEP(2, FMAS);                                                  \
+                IL64_STEP(3, FMAS);                                                  \
+            }                                                                        \
+        }                                                                            \
+    }
+
+#define IL64_HEADS(FMAS)                                                             \
+    {                                                                                \
+        int64_t h = 0;                                                               \
+        IL64_GROUP(4, FMAS)                                                          \
+        IL64_GROUP(2, FMAS)                                                          \
+        IL64_GROUP(1, FMAS)                                                          \
+    }
+
 ROPE_AVX2 void rope_rot_il_f64_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                     int64_t n_heads, const void *cosv, const void *sinv,
                                     int64_t half, int inverse)
 {
     const double *cos = (const double *)cosv, *sin = (const double *)sinv;
-    double cc[2 * IL_CHUNK], ss[2 * IL_CHUNK];
-    for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
-        const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
-        const int64_t nv = n & ~(int64_t)1;
-        for (int64_t i = 0; i < nv; i++) {
-            const double s = inverse ? -sin[i0 + i] : sin[i0 + i];
-            cc[2 * i] = cc[2 * i + 1] = cos[i0 + i];
-            ss[2 * i] = ss[2 * i + 1] = s;
+    const int64_t n4 = half & ~(int64_t)3; /* pairs in 4-pair steps */
+    if (!inverse)
+        IL64_HEADS(_mm256_fmaddsub_pd)
+    else
+        IL64_HEADS(_mm256_fmsubadd_pd)
+    for (int64_t h = 0; h < n_heads && n4 < half; h++) /* the last pairs */
+        for (int64_t i = n4; i < half; i++) {
+            const double c = cos[i], s = inverse ? -sin[i] : sin[i];
+            rope_pair_f64((const double *)xv + h * x_sh, (double *)yv + h * y_sh, 2 * i, 2 * i + 1, c, s);
         }
-        for (int64_t h = 0; h < n_heads; h++) {
-            const double *x = (const double *)xv + h * x_sh + 2 * i0;
-            double *y = (double *)yv + h * y_sh + 2 * i0;
-            for (int64_t j = 0; j < 2 * nv; j += 4) {
-                const __m256d v = _mm256_loadu_pd(x + j);
-                const __m256d w = _mm256_permute_pd(v, 0x5);
-                _mm256_storeu_pd(y + j, _mm256_fmaddsub_pd(v, _mm256_loadu_pd(cc + j),
-                                                           _mm256_mul_pd(w, _mm256_loadu_pd(ss + j))));
-            }
-            for (int64_t i = nv; i < n; i++) {
-                const double c = cos[i0 + i], s = inverse ? -sin[i0 + i] : sin[i0 + i];
-                rope_pair_f64(x, y, 2 * i, 2 * i + 1, c, s);
-            }
-        }
-    }
 }
 
 #endif
