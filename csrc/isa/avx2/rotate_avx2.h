@@ -32,6 +32,15 @@
  * load into two instructions (two loads of the same bytes). */
 #define ROPE_IN_REGISTER(v) __asm__("" : "+x"(v))
 
+/* Prefetch the line holding element `ahead` elements past p (the same lanes
+ * some heads on; past the last token, bytes nobody reads). A prefetch never
+ * faults, and the address is formed as an integer: no pointer past the
+ * array is made. Measured (forced AVX2, Intel Xeon family 6 model 167): the
+ * memory-resident 1x2048x32x128 split-half calls 0.81-0.86 -> 0.89-0.92 of
+ * the yardstick at 4 heads ahead; in-cache calls within 4%. */
+#define ROPE_AVX2_PREFETCH(p, ahead)                                                 \
+    _mm_prefetch((const char *)((uintptr_t)(p) + (uintptr_t)((ahead) * (int64_t)sizeof *(p))), _MM_HINT_T0)
+
 /* Pairs per row chunk whose reordered cos/sin sit on the stack (the bfloat16
  * split-half kernel). */
 #define IL_CHUNK 512
@@ -123,6 +132,10 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         __m256 x0a, x0b, x1a, x1b;                                                   \
         LD16(x + i, &x0a, &x0b);                                                     \
         LD16(x + i + half, &x1a, &x1b);                                              \
+        if (sizeof(T) == 4 || i % 32 == 0) { /* once per 64-byte line */             \
+            ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);                                     \
+            ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);                              \
+        }                                                                            \
         ST16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
         ST16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),                     \
              FM1(x1b, cb, _mm256_mul_ps(x0b, sb)));                                  \
@@ -238,12 +251,10 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         __m256 xb = LD8(x + (H) * x_sh + 2 * i + 8);                                 \
         ROPE_IN_REGISTER(xa); /* one load each: not one per use */                   \
         ROPE_IN_REGISTER(xb);                                                        \
-        /* the same lanes 4 heads on (the next group; the next token's after  \
-         * the last): a prefetch never faults (the address is an integer: no \
-         * pointer past the array is formed), and the 4 heads' streams          \
-         * otherwise outrun the hardware prefetcher on memory-resident calls */  \
-        _mm_prefetch((const char *)((uintptr_t)(x + (H) * x_sh + 2 * i) +             \
-                                    (uintptr_t)(4 * x_sh * (int64_t)sizeof *x)), _MM_HINT_T0); \
+        /* the same lanes 4 heads on: the 4 heads' streams otherwise outrun  \
+         * the hardware prefetcher on memory-resident calls */                   \
+        if (sizeof *x == 4 || i % 16 == 0) /* once per 64-byte line */               \
+            ROPE_AVX2_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh);                    \
         ST8(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_ps(_mm256_permute_ps(xa, 0xB1), sa))); \
         ST8(y + (H) * y_sh + 2 * i + 8, FMAS(xb, cb, _mm256_mul_ps(_mm256_permute_ps(xb, 0xB1), sb))); \
     } while (0)

@@ -19,6 +19,10 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
             const __m256d c = _mm256_loadu_pd(cos + i);
             const __m256d s = _mm256_xor_pd(_mm256_loadu_pd(sin + i), sign);
             const __m256d x0 = _mm256_loadu_pd(x + i), x1 = _mm256_loadu_pd(x + i + half);
+            if (i % 8 == 0) { /* once per 64-byte line, 4 heads on */
+                ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);
+                ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);
+            }
             _mm256_storeu_pd(y + i, _mm256_fmsub_pd(x0, c, _mm256_mul_pd(x1, s)));
             _mm256_storeu_pd(y + i + half, _mm256_fmadd_pd(x1, c, _mm256_mul_pd(x0, s)));
         }
@@ -39,8 +43,7 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
         __m256d xb = _mm256_loadu_pd(x + (H) * x_sh + 2 * i + 4);                    \
         ROPE_IN_REGISTER(xa);                                                        \
         ROPE_IN_REGISTER(xb);                                                        \
-        _mm_prefetch((const char *)((uintptr_t)(x + (H) * x_sh + 2 * i) +             \
-                                    (uintptr_t)(4 * x_sh * (int64_t)sizeof *x)), _MM_HINT_T0); \
+        ROPE_AVX2_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh); /* its 64-byte line */  \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_pd(_mm256_permute_pd(xa, 0x5), sa))); \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i + 4,                                 \
                          FMAS(xb, cb, _mm256_mul_pd(_mm256_permute_pd(xb, 0x5), sb))); \
