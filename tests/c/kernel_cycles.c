@@ -83,7 +83,9 @@ int main(int argc, char **argv)
     if (reps > MAX_REPS)
         reps = MAX_REPS;
     const int64_t half = head_dim / 2, n = heads * head_dim;
-    unsigned char *buf = aligned_alloc(64, (size_t)(n * 8 + 128));
+    /* twice the token: the kernels prefetch a few heads on, which in a real
+     * call are the next token's (mapped memory, as here) */
+    unsigned char *buf = aligned_alloc(64, (size_t)(2 * n * 8 + 128));
     double *cos = aligned_alloc(64, (size_t)half * 8 + 64), *sin = aligned_alloc(64, (size_t)half * 8 + 64);
     float *cosf_ = aligned_alloc(64, (size_t)half * 4 + 64), *sinf_ = aligned_alloc(64, (size_t)half * 4 + 64);
     if (!buf || !cos || !sin || !cosf_ || !sinf_)

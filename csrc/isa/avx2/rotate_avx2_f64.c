@@ -5,32 +5,45 @@
 
 #ifdef ROPE_HAVE_X86
 
+/* Split half: 4 pairs per step, two steps per 64-byte line of each half
+ * (prefetched 4 heads on); the inverse swaps fmsub and fmadd (see
+ * SPLIT_STEP16 in rotate_avx2.h). */
+#define SH64_STEP(I, FM0, FM1)                                                       \
+    do {                                                                             \
+        const __m256d c = _mm256_loadu_pd(cos + (I)), s = _mm256_loadu_pd(sin + (I)); \
+        const __m256d x0 = _mm256_loadu_pd(x + (I)), x1 = _mm256_loadu_pd(x + (I) + half); \
+        _mm256_storeu_pd(y + (I), FM0(x0, c, _mm256_mul_pd(x1, s)));                 \
+        _mm256_storeu_pd(y + (I) + half, FM1(x1, c, _mm256_mul_pd(x0, s)));          \
+    } while (0)
+
+#define SH64_HEADS(FM0, FM1)                                                         \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const double *x = (const double *)xv + h * x_sh;                             \
+        double *y = (double *)yv + h * y_sh;                                         \
+        int64_t i = 0;                                                               \
+        for (; i + 8 <= half; i += 8) {                                              \
+            ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);                                     \
+            ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);                              \
+            SH64_STEP(i, FM0, FM1);                                                  \
+            SH64_STEP(i + 4, FM0, FM1);                                              \
+        }                                                                            \
+        for (; i + 4 <= half; i += 4)                                                \
+            SH64_STEP(i, FM0, FM1);                                                  \
+        for (; i < half; i++) {                                                      \
+            const double c = cos[i], s = inverse ? -sin[i] : sin[i];                 \
+            rope_pair_f64(x, y, i, i + half, c, s);                                  \
+        }                                                                            \
+    }
+
 ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                     int64_t n_heads, const void *cosv, const void *sinv,
                                     int64_t half, int inverse)
 {
     const double *cos = (const double *)cosv, *sin = (const double *)sinv;
-    const __m256d sign = _mm256_set1_pd(inverse ? -0.0 : 0.0);
-    for (int64_t h = 0; h < n_heads; h++) {
-        const double *x = (const double *)xv + h * x_sh;
-        double *y = (double *)yv + h * y_sh;
-        int64_t i = 0;
-        for (; i + 4 <= half; i += 4) {
-            const __m256d c = _mm256_loadu_pd(cos + i);
-            const __m256d s = _mm256_xor_pd(_mm256_loadu_pd(sin + i), sign);
-            const __m256d x0 = _mm256_loadu_pd(x + i), x1 = _mm256_loadu_pd(x + i + half);
-            if (i % 8 == 0) { /* once per 64-byte line, 4 heads on */
-                ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);
-                ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);
-            }
-            _mm256_storeu_pd(y + i, _mm256_fmsub_pd(x0, c, _mm256_mul_pd(x1, s)));
-            _mm256_storeu_pd(y + i + half, _mm256_fmadd_pd(x1, c, _mm256_mul_pd(x0, s)));
-        }
-        for (; i < half; i++) {
-            const double c = cos[i], s = inverse ? -sin[i] : sin[i];
-            rope_pair_f64(x, y, i, i + half, c, s);
-        }
-    }
+    if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+        SH64_HEADS(_mm256_fmsub_pd, _mm256_fmadd_pd)
+    else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */
+        SH64_HEADS(_mm256_fmadd_pd, _mm256_fmsub_pd)
 }
 
 /* Interleaved: the float32 kernel's scheme (rotate_avx2.h, ROPE_AVX2_INTERLEAVED)
