@@ -31,8 +31,10 @@ def test_corpus_replays_clean_under_sanitizers(tmp_path):
     exe = tmp_path / "replay"
     sources = [os.path.join(FUZZ, "fuzz_rope.c"), os.path.join(FUZZ, "replay.c")]
     sources += sorted(glob.glob(os.path.join(ROOT, "csrc", "**", "*.c"), recursive=True))
+    # -O0: the sanitizers check the same accesses, and the compile of the whole
+    # C core takes 8 s instead of 19 (the replay 9 s instead of 8)
     build = subprocess.run(
-        [cc, "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-ffp-contract=off", *SANITIZE,
+        [cc, "-std=c11", "-O0", "-g", "-Wall", "-Wextra", "-ffp-contract=off", *SANITIZE,
          "-I", os.path.join(ROOT, "csrc"), *sources, "-lm", "-lpthread", "-o", str(exe)],
         capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
