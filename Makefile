@@ -207,11 +207,25 @@ CHECK_ISAS = want="$$($(call EXPECTED_ISAS,$(2),$(3)))"; got="$$($(3) --isas 2>/
 # offers are those its flags in /proc/cpuinfo call for.
 KERNEL_CFLAGS = -std=c11 -O2 -Wall -Wextra -ffp-contract=off -fno-math-errno -pthread -Icsrc
 HOST_FLAGS = $$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo | cut -d: -f2)
-# built once for both check-kernels and check-x86-baselines (which CI runs one after
-# the other): a file target, remade when a source or header changes
-build/kernels_identical: tests/c/kernels_identical.c $(CSRC_SOURCES) $(CSRC_HEADERS)
-	mkdir -p build
-	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -o $@
+# The C core's objects with the library's own flags, compiled once for the checks'
+# programs (kernels_identical for check-kernels and check-x86-baselines, which CI
+# runs one after the other, and the portable digest of check-aarch64), natively
+# and for aarch64: file targets, remade when a source or header changes.
+NATIVE_OBJS = $(CSRC_SOURCES:csrc/%.c=build/obj/native/%.o)
+A64_OBJS = $(CSRC_SOURCES:csrc/%.c=build/obj/aarch64/%.o)
+build/obj/native/%.o: csrc/%.c $(CSRC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KERNEL_CFLAGS) -c $< -o $@
+build/obj/aarch64/%.o: csrc/%.c $(CSRC_HEADERS)
+	@mkdir -p $(dir $@)
+	$(A64_CC) $(KERNEL_CFLAGS) -Werror -c $< -o $@
+.SECONDARY: $(NATIVE_OBJS) $(A64_OBJS)
+build/kernels_identical: tests/c/kernels_identical.c $(NATIVE_OBJS)
+	$(CC) $(KERNEL_CFLAGS) tests/c/kernels_identical.c $(NATIVE_OBJS) -lm -o $@
+build/digest_native: tests/c/portable_digest.c $(NATIVE_OBJS)
+	$(CC) $(KERNEL_CFLAGS) tests/c/portable_digest.c $(NATIVE_OBJS) -lm -o $@
+build/%_aarch64: tests/c/%.c $(A64_OBJS)
+	$(A64_CC) $(KERNEL_CFLAGS) -Werror $< $(A64_OBJS) -lm -static -o $@
 check-kernels: build/kernels_identical
 	@$(call CHECK_ISAS,this machine,$(HOST_FLAGS),build/kernels_identical)
 	build/kernels_identical
@@ -242,14 +256,9 @@ QEMU_MAX_A64_FLAGS = fp asimd aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpu
 check-aarch64:
 	command -v $(A64_CC) >/dev/null && command -v qemu-aarch64 >/dev/null || \
 	  (apt-get update -qq && apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user)
-	mkdir -p build
-	$(CC) -std=c11 -O2 -Wall -Wextra -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) -lm -lpthread -o build/digest_native
-	$(A64_CC) -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -Icsrc tests/c/portable_digest.c $(CSRC_SOURCES) \
-	  -lm -lpthread -static -o build/digest_aarch64
-	$(A64_CC) $(KERNEL_CFLAGS) -Werror tests/c/kernels_identical.c $(CSRC_SOURCES) -lm -static \
-	  -o build/kernels_identical_aarch64
+	$(MAKE) --no-print-directory build/digest_native build/portable_digest_aarch64 build/kernels_identical_aarch64
 	build/digest_native > build/digest_native.txt
-	qemu-aarch64 build/digest_aarch64 > build/digest_aarch64.txt
+	qemu-aarch64 build/portable_digest_aarch64 > build/digest_aarch64.txt
 	diff build/digest_native.txt build/digest_aarch64.txt && echo "aarch64 scalar kernels: bit-identical to $$(uname -m)"
 	@$(call CHECK_ISAS,Cortex-A72,$(A72_FLAGS),qemu-aarch64 -cpu cortex-a72 build/kernels_identical_aarch64)
 	@$(call CHECK_ISAS,qemu's max CPU,$(QEMU_MAX_A64_FLAGS),qemu-aarch64 -cpu max build/kernels_identical_aarch64)
