@@ -46,7 +46,13 @@
  *   after 10 ms gaps mostly lost, 1.06-1.09x there, hence 500 us; with the
  *   scalar kernels (45x slower) 64x1x32x128 (0.7-0.9 ms) took 0.56-0.59x
  *   after 1 ms gaps. A worker that finds itself on the caller's CPU sleeps
- *   instead of spinning.
+ *   instead of spinning. On an Intel Xeon guest (KVM, 2 vCPUs, family 6
+ *   model 167, AVX2 kernels) the 500 us threshold left prefills of k
+ *   (200-550 us) on one thread, where a split after 1 ms gaps took
+ *   0.35-0.49x (0.89-0.98x by the rule) and after 10 ms gaps 0.99-1.05x;
+ *   at 150 us the rule splits them: 0.37-0.46x after 1 ms gaps, 0.45-0.53x
+ *   back to back (0.59-0.90x before), 1.00-1.06x after 10 ms gaps (a lost
+ *   split backs off), decode calls (4-45 us) still never wake the pool.
  * - With the worker spinning on the other CPU, a split pays from about
  *   1 us of one-thread work: float32 decode shapes of 128 KiB, 256 KiB,
  *   512 KiB, 1 MiB and 2 MiB of traffic took 1.02, 0.88, 0.74, 0.62 and
@@ -103,7 +109,7 @@
 /* Work left, at the caller's pace over its first part, worth waking a
  * sleeping worker for. */
 #ifndef ROPE_WAKE_NS
-#define ROPE_WAKE_NS 500000
+#define ROPE_WAKE_NS 150000
 #endif
 /* Consecutive split-sized calls, each starting within ROPE_SPIN_NS of the
  * end of the one before, after which a sleeping worker is woken anyway: a
