@@ -7,21 +7,40 @@ import sys
 import time
 
 IDLE = 0.002     # seconds of sleep before a contender: other pools fall asleep
+QUIET = 0.1      # ... and then, while other threads of the process still run, up to this much more
 WARM = 0.010     # seconds of calls after the idle gap, before timing
 TIMED = 0.001    # a timed block holds about this much work ...
 MAX_REPS = 100   # ... in at most this many calls
 
-METHOD = ("Each round, every contender in a rotated order: idle {idle_ms:g} ms, ~{warm_ms:g} ms of warm-up calls, "
+METHOD = ("Each round, every contender in a rotated order: idle {idle_ms:g} ms (longer, up to {quiet_ms:g} ms, "
+          "while another contender's threads still run), ~{warm_ms:g} ms of warm-up calls, "
           "then a timed block of calls (about {timed_ms:g} ms, at most {max_reps} calls, sized in an uncounted "
           "first round). Ratios are per round, then the median; the yardstick is the better of its 1- and "
           "N-thread passes in each round.")
 
 
+def quiesce(slice_seconds=0.005):
+    """Sleep IDLE seconds, then on in slices while the process's other threads
+    still use a tenth of a CPU or more (at most QUIET seconds more): ONNX
+    Runtime's pool keeps spinning for ~40 ms after ``session.run`` returns
+    (measured here: 0.8-1.6 CPUs), and a contender timed beside it had one
+    core where it expected two (pyrope's 2-thread prefill of 1x8192x32x128
+    float16 took 5.1 ms after ONNX Runtime, 2.0-2.4 ms otherwise)."""
+    time.sleep(IDLE)
+    deadline = time.perf_counter() + QUIET
+    while True:
+        w0, c0 = time.perf_counter(), time.process_time()
+        time.sleep(slice_seconds)
+        w1, c1 = time.perf_counter(), time.process_time()
+        if (c1 - c0) < 0.1 * (w1 - w0) or w1 >= deadline:
+            return
+
+
 def timed(call, reps):
-    """One contender's turn in a round: idle IDLE seconds, warm for WARM
+    """One contender's turn in a round: idle (``quiesce``), warm for WARM
     seconds, then time ``reps`` calls. Returns (seconds per timed call,
     seconds per warm-up call)."""
-    time.sleep(IDLE)
+    quiesce()
     start = time.perf_counter()
     end = start + WARM
     n = 0
@@ -110,7 +129,8 @@ def block_reps(warm):
 
 def method():
     """How the run measured, as data and as a sentence (the values in effect now)."""
-    values = {"idle_ms": IDLE * 1e3, "warm_ms": WARM * 1e3, "timed_ms": TIMED * 1e3, "max_reps": MAX_REPS}
+    values = {"idle_ms": IDLE * 1e3, "quiet_ms": QUIET * 1e3, "warm_ms": WARM * 1e3, "timed_ms": TIMED * 1e3,
+              "max_reps": MAX_REPS}
     return dict(values, text=METHOD.format(**values))
 
 
