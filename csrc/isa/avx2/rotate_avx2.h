@@ -287,10 +287,11 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         IL_DUP_GROUP(T, LD8, ST8, 1, FMAS)                                           \
     }
 
-/* The interleaved kernel of a storage type with 8-lane loads and stores
- * LD8/ST8 and scalar pair PAIR (the last pairs, fewer than 8). */
-#define ROPE_AVX2_INTERLEAVED(NAME, T, LD8, ST8, PAIR)                               \
-    ROPE_AVX2 void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
+/* The interleaved kernel NAME (LINKAGE: static or nothing) of a storage type
+ * with 8-lane loads and stores LD8/ST8 and scalar pair PAIR (the last pairs,
+ * fewer than 8). */
+#define ROPE_AVX2_INTERLEAVED(LINKAGE, NAME, T, LD8, ST8, PAIR)                      \
+    ROPE_AVX2 LINKAGE void NAME(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,        \
                         int64_t n_heads, const void *cosv, const void *sinv,         \
                         int64_t half, int inverse)                                   \
     {                                                                                \

@@ -29,6 +29,6 @@ ROPE_AVX2_SPLIT(rope_rot_sh_f16_avx2, split_part_f16, 0, uint16_t, ld16_f16, st1
 
 /* ---- interleaved ---------------------------------------------------------- */
 
-ROPE_AVX2_INTERLEAVED(rope_rot_il_f16_avx2, uint16_t, ld8_f16, st8_f16, rope_pair_f16)
+ROPE_AVX2_INTERLEAVED(, rope_rot_il_f16_avx2, uint16_t, ld8_f16, st8_f16, rope_pair_f16)
 
 #endif
