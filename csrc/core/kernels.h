@@ -19,6 +19,18 @@
 #define ROPE_HAVE_ARM64 1
 #endif
 
+/* For the rotation kernels of every instruction set: prefetch (for reading,
+ * into every cache level) the line holding the element `ahead` elements past
+ * p, the same lanes some heads on; past the token's last head that is the next
+ * token's or bytes nobody reads. A prefetch never faults, and the address is
+ * formed as an integer: no pointer past the array is made. Measured (forced
+ * AVX2, Intel Xeon family 6 model 167), 4 heads ahead: the memory-resident
+ * 1x2048x32x128 split-half calls went from 0.76-0.83 to 0.89-0.97 of the
+ * yardstick (float16, float32), in-cache calls within 3-4%. */
+#define ROPE_PREFETCH(p, ahead)                                                \
+    __builtin_prefetch((const void *)((uintptr_t)(p) +                         \
+                                      (uintptr_t)((ahead) * (int64_t)sizeof *(p))), 0, 3)
+
 /* Rotate n_heads head vectors of one token, all at the same angles: pairs
  * 0..half-1 of head h at x + h*x_sh go to y + h*y_sh (element strides; y may
  * equal x with y_sh == x_sh). x and y point to the storage type of the

@@ -32,16 +32,6 @@
  * load into two instructions (two loads of the same bytes). */
 #define ROPE_IN_REGISTER(v) __asm__("" : "+x"(v))
 
-/* Prefetch the line holding element `ahead` elements past p (the same lanes
- * some heads on; past the last token, bytes nobody reads). A prefetch never
- * faults, and the address is formed as an integer: no pointer past the
- * array is made. Measured (forced AVX2, Intel Xeon family 6 model 167), 4
- * heads ahead: the memory-resident 1x2048x32x128 split-half calls went from
- * 0.76-0.83 to 0.89-0.97 of the yardstick (float16, float32), in-cache
- * calls within 3-4%. */
-#define ROPE_AVX2_PREFETCH(p, ahead)                                                 \
-    _mm_prefetch((const char *)((uintptr_t)(p) + (uintptr_t)((ahead) * (int64_t)sizeof *(p))), _MM_HINT_T0)
-
 /* Pairs per row chunk whose reordered cos/sin sit on the stack (the bfloat16
  * split-half kernel). */
 #define IL_CHUNK 512
@@ -134,8 +124,8 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         LD16(x + i, &x0a, &x0b);                                                     \
         LD16(x + i + half, &x1a, &x1b);                                              \
         if (sizeof(T) == 4 || i % 32 == 0) { /* once per 64-byte line */             \
-            ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);                              \
+            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
+            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
         }                                                                            \
         ST16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
         ST16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),                     \
@@ -255,7 +245,7 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         /* the same lanes 4 heads on, once per 64-byte line: the 4 heads'        \
          * streams otherwise outrun the hardware prefetcher */                       \
         if (sizeof *x == 4 || i % 16 == 0)                                           \
-            ROPE_AVX2_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh);                    \
+            ROPE_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh);                    \
         ST8(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_ps(_mm256_permute_ps(xa, 0xB1), sa))); \
         ST8(y + (H) * y_sh + 2 * i + 8, FMAS(xb, cb, _mm256_mul_ps(_mm256_permute_ps(xb, 0xB1), sb))); \
     } while (0)

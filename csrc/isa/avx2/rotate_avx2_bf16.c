@@ -50,8 +50,8 @@ ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd
         bf16_widen_eo(x + i, &x0e, &x0o);                                            \
         bf16_widen_eo(x + i + half, &x1e, &x1o);                                     \
         if ((i - i0) % 32 == 0) { /* once per 64-byte line, 4 heads on */            \
-            ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);                              \
+            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
+            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
         }                                                                            \
         const __m256 ce = _mm256_loadu_ps(cp + i - i0), co = _mm256_loadu_ps(cp + i - i0 + 8); \
         const __m256 se = _mm256_loadu_ps(sp + i - i0), so = _mm256_loadu_ps(sp + i - i0 + 8); \
@@ -110,7 +110,7 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
             __m256 x0, x1;                                                           \
             bf16_widen_eo(x + 2 * i, &x0, &x1);                                      \
             if (i % 16 == 0) /* once per 64-byte line, 4 heads on */                 \
-                ROPE_AVX2_PREFETCH(x + 2 * i, 4 * x_sh);                             \
+                ROPE_PREFETCH(x + 2 * i, 4 * x_sh);                             \
             const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i); \
             bf16_narrow_eo(y + 2 * i, FM0(x0, c, _mm256_mul_ps(x1, s)),              \
                            FM1(x1, c, _mm256_mul_ps(x0, s)));                        \

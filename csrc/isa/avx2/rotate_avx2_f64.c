@@ -22,8 +22,8 @@
         double *y = (double *)yv + h * y_sh;                                         \
         int64_t i = 0;                                                               \
         for (; i + 8 <= half; i += 8) {                                              \
-            ROPE_AVX2_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_AVX2_PREFETCH(x + i + half, 4 * x_sh);                              \
+            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
+            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
             SH64_STEP(i, FM0, FM1);                                                  \
             SH64_STEP(i + 4, FM0, FM1);                                              \
         }                                                                            \
@@ -56,7 +56,7 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
         __m256d xb = _mm256_loadu_pd(x + (H) * x_sh + 2 * i + 4);                    \
         ROPE_IN_REGISTER(xa);                                                        \
         ROPE_IN_REGISTER(xb);                                                        \
-        ROPE_AVX2_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh); /* its 64-byte line */  \
+        ROPE_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh); /* its 64-byte line */  \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_pd(_mm256_permute_pd(xa, 0x5), sa))); \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i + 4,                                 \
                          FMAS(xb, cb, _mm256_mul_pd(_mm256_permute_pd(xb, 0x5), sb))); \

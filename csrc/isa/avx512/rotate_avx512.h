@@ -119,12 +119,6 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
  * bytes again, where a 64-byte load per cycle is what Zen 4 has. */
 #define ROPE_IN_ZMM(v) __asm__("" : "+v"(v))
 
-/* Prefetch the line `ahead` elements past p, the same lanes 4 heads on, as
- * the AVX2 kernels do (rotate_avx2.h, ROPE_AVX2_PREFETCH: the address an
- * integer, no pointer past the array formed; a prefetch never faults). */
-#define ROPE_AVX512_PREFETCH(p, ahead)                                               \
-    _mm_prefetch((const char *)((uintptr_t)(p) + (uintptr_t)((ahead) * (int64_t)sizeof *(p))), _MM_HINT_T0)
-
 #define ROPE_AVX512_UNROLL _Pragma("GCC unroll 16")
 
 /* CALL(F, NV) for a vector count nv of 1..8 known only at run time: each
@@ -206,8 +200,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             V bn = _mm512_maskz_loadu_##P(more ? mt : 0, xn + off1);                 \
             ROPE_IN_ZMM(an);                                                         \
             ROPE_IN_ZMM(bn);                                                         \
-            ROPE_AVX512_PREFETCH(x, 4 * x_sh);                                       \
-            ROPE_AVX512_PREFETCH(x + off1, 4 * x_sh);                                \
+            ROPE_PREFETCH(x, 4 * x_sh);                                       \
+            ROPE_PREFETCH(x + off1, 4 * x_sh);                                \
             ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, a, b, c[0], s[0], 0, mt);           \
             a = an;                                                                  \
             b = bn;                                                                  \
@@ -221,8 +215,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
                 V a = _mm512_loadu_##P(x + L * v), b = _mm512_loadu_##P(x + off1 + L * v); \
                 ROPE_IN_ZMM(a);                                                      \
                 ROPE_IN_ZMM(b);                                                      \
-                ROPE_AVX512_PREFETCH(x + L * v, 4 * x_sh);                           \
-                ROPE_AVX512_PREFETCH(x + off1 + L * v, 4 * x_sh);                    \
+                ROPE_PREFETCH(x + L * v, 4 * x_sh);                           \
+                ROPE_PREFETCH(x + off1 + L * v, 4 * x_sh);                    \
                 ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, a, b, c[v], s[v], L * v, (M)-1); \
             }                                                                        \
             ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, at, bt, c[NV - 1], s[NV - 1], last, (M)-1); \
@@ -299,8 +293,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
                 V a = _mm512_loadu_##P(xa + L * j), b = _mm512_loadu_##P(xa + half + L * j); \
                 ROPE_IN_ZMM(a);                                                      \
                 ROPE_IN_ZMM(b);                                                      \
-                ROPE_AVX512_PREFETCH(xa + L * j, 8 * half);                          \
-                ROPE_AVX512_PREFETCH(xa + half + L * j, 8 * half);                   \
+                ROPE_PREFETCH(xa + L * j, 8 * half);                          \
+                ROPE_PREFETCH(xa + half + L * j, 8 * half);                   \
                 /* y0 = x0*c - x1*s, y1 = x1*c + x0*s (s negated: the inverse) */    \
                 _mm512_storeu_##P(ya + L * j, _mm512_fmsub_##P(a, c[j], _mm512_mul_##P(b, s[j]))); \
                 _mm512_storeu_##P(ya + half + L * j,                                 \
@@ -401,7 +395,7 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             const int more = h + 1 < n_heads; /* no lane: no access */               \
             V an = _mm512_maskz_loadu_##P(more ? mt : 0, more ? x + x_sh : x);       \
             ROPE_IN_ZMM(an);                                                         \
-            ROPE_AVX512_PREFETCH(x, 4 * x_sh);                                       \
+            ROPE_PREFETCH(x, 4 * x_sh);                                       \
             ROPE_AVX512_IL_STEP1_(P, FM, SWAP, a, C[0], S[0], 0, mt);                \
             a = an;                                                                  \
         }                                                                            \
@@ -412,7 +406,7 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             ROPE_AVX512_UNROLL for (int v = 0; v < NV - 1; v++) {                    \
                 V a = _mm512_loadu_##P(x + L * v);                                   \
                 ROPE_IN_ZMM(a);                                                      \
-                ROPE_AVX512_PREFETCH(x + L * v, 4 * x_sh);                           \
+                ROPE_PREFETCH(x + L * v, 4 * x_sh);                           \
                 ROPE_AVX512_IL_STEP1_(P, FM, SWAP, a, C[v], S[v], L * v, (M)-1);     \
             }                                                                        \
             ROPE_AVX512_IL_STEP1_(P, FM, SWAP, at, C[NV - 1], S[NV - 1], 2 * last, (M)-1); \

@@ -97,7 +97,7 @@ ROPE_AVX512_IL_WIDE(il_wide_f32, il_sep_f32, float, __m512, ps, 16, __mmask16, r
     do {                                                                             \
         __m512 v = _mm512_maskz_loadu_ps(MASK, xa + (OFF));                          \
         ROPE_IN_ZMM(v);                                                              \
-        ROPE_AVX512_PREFETCH(xa + (OFF), 4 * 128); /* the line 4 heads on */         \
+        ROPE_PREFETCH(xa + (OFF), 4 * 128); /* the line 4 heads on */         \
         _mm512_mask_storeu_ps(ya + (OFF), MASK,                                      \
                               FM(v, C[J], _mm512_mul_ps(SWAP_PS(v), S[J])));         \
     } while (0)
