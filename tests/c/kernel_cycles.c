@@ -7,10 +7,9 @@
  *      tests/c/kernel_cycles.c $(find csrc -name '*.c') -lm -o build/kernel_cycles
  *   build/kernel_cycles [isas=all] [heads=8] [head_dim=128] [repetitions=21] [byte offset=0]
  *
- * The core clock is measured, not read: a chain of dependent integer
- * multiplies (3 cycles each on every x86-64 core since Nehalem and Zen;
- * on aarch64 a chain of dependent adds, 1 cycle) timed right before each
- * kernel, so turbo and a virtual machine's clock do not matter. Every
+ * The core clock is measured, not read (timing.h's core_hz, a chain of
+ * dependent operations of known latency) right before each kernel, so
+ * turbo and a virtual machine's clock do not matter. Every
  * repetition times each contender in turn, the order rotated, after about
  * 10 ms of warm-up; printed: the medians of cycles per element (and per
  * head). x is placed `offset` bytes past a 64-byte boundary (numpy puts
@@ -19,46 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/kernels.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Cycles per second of this core now: a dependent chain of known latency. */
-static double core_hz(void)
-{
-    const long n = 2000000;
-    unsigned long v = 3;
-    const double t0 = now_s();
-    for (long i = 0; i < n; i++) {
-#if defined(__x86_64__)
-        __asm__ volatile("imul %0, %0\n\timul %0, %0\n\timul %0, %0\n\timul %0, %0" : "+r"(v));
-#elif defined(__aarch64__)
-        __asm__ volatile("add %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0\n\t"
-                         "add %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0\n\t"
-                         "add %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0\n\tadd %0, %0, %0" : "+r"(v));
-#endif
-    }
-    return 12.0 * n / (now_s() - t0);
-}
-
-static int by_value(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "timing.h"
 
 enum { MAX_CONTENDERS = 64, MAX_REPS = 101 };
 
@@ -101,12 +63,7 @@ int main(int argc, char **argv)
     static contender cs[MAX_CONTENDERS];
     int nc = 0;
     for (int isa = 0; isa < rope_isa_count(); isa++) {
-        const char *name = rope_isa_name(isa);
-        const size_t len = strlen(name);
-        const char *hit = strstr(isas, name);
-        const int named = strcmp(isas, "all") == 0 ||
-                          (hit && (hit == isas || hit[-1] == ',') && (hit[len] == 0 || hit[len] == ','));
-        if (!named || !rope_isa_supported(isa))
+        if (!isa_listed(isas, isa) || !rope_isa_supported(isa))
             continue;
         for (int dt = 0; dt < ROPE_N_DTYPES; dt++)
             for (int layout = 0; layout < 2 && nc < MAX_CONTENDERS; layout++)
@@ -130,14 +87,14 @@ int main(int argc, char **argv)
                 x[i] = (unsigned char)(0x3C + (i % 3)); /* small finite values in every type */
             const void *cv = ROPE_WIDE_ROWS[c->dtype] ? (const void *)cos : (const void *)cosf_;
             const void *sv = ROPE_WIDE_ROWS[c->dtype] ? (const void *)sin : (const void *)sinf_;
-            const double warm_until = now_s() + (r < 0 ? 0.01 : 0.0005);
-            while (now_s() < warm_until)
+            const double warm_until = now_us() + (r < 0 ? 10000 : 500);
+            while (now_us() < warm_until)
                 c->rot(x, x, head_dim, head_dim, heads, cv, sv, half, r & 1);
             const double hz = core_hz();
-            const double t0 = now_s();
+            const double t0 = now_us();
             for (int64_t i = 0; i < calls; i++) /* alternate directions: the values stay bounded */
                 c->rot(x, x, head_dim, head_dim, heads, cv, sv, half, (int)(i & 1));
-            const double t = now_s() - t0;
+            const double t = (now_us() - t0) * 1e-6;
             if (r >= 0)
                 c->cycles[r] = t * hz / (double)(calls * n);
         }

@@ -46,40 +46,11 @@
 #include <time.h>
 
 #include "pyrope.h"
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile (0..1) of n values; sorts v. */
-static double quantile(double *v, int n, double q)
-{
-    qsort(v, (size_t)n, sizeof(double), by_value);
-    return v[(int)(q * (n - 1) + 0.5)];
-}
+#include "timing.h"
 
 #define MAX_REPS 1001
 #define MAX_ISAS 8
 
-/* The instruction set named (or numbered) arg, or -1. */
-static int isa_from_arg(const char *arg)
-{
-    for (int i = 0; i < rope_isa_count(); i++)
-        if (strcmp(arg, rope_isa_name(i)) == 0)
-            return i;
-    char *end;
-    const long i = strtol(arg, &end, 10);
-    return *arg && !*end && i >= 0 && i < rope_isa_count() ? (int)i : -1;
-}
 
 typedef struct {
     const char *name;

@@ -43,13 +43,7 @@
 
 #include "core/kernels.h"
 #include "core/threads.h"
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
+#include "timing.h"
 
 static double cpu_ms(void)
 {
@@ -64,19 +58,6 @@ static void idle_us(double us)
         return;
     struct timespec t = {(time_t)(us / 1e6), (long)((us - (time_t)(us / 1e6) * 1e6) * 1e3)};
     nanosleep(&t, NULL);
-}
-
-static int by_value(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The q-th quantile (0..1) of v[0..n), sorting v. */
-static double quantile(double *v, int n, double q)
-{
-    qsort(v, n, sizeof(double), by_value);
-    return v[(int)(q * (n - 1) + 0.5)];
 }
 
 #define MAX_REPS 401
@@ -263,17 +244,6 @@ static void idle_cpu(void)
                (now_us() - t0) / 1e3);
     }
     free(x);
-}
-
-/* The instruction set named (or numbered) arg, or -1. */
-static int isa_from_arg(const char *arg)
-{
-    for (int i = 0; i < rope_isa_count(); i++)
-        if (strcmp(arg, rope_isa_name(i)) == 0)
-            return i;
-    char *end;
-    const long i = strtol(arg, &end, 10);
-    return *arg && !*end && i >= 0 && i < rope_isa_count() ? (int)i : -1;
 }
 
 int main(int argc, char **argv)

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROGRAMS = ["rotate_speed.c", "kernel_cycles.c", "thread_split.c"]
+PROGRAMS = ["rotate_speed.c", "kernel_cycles.c", "stage_cycles.c", "thread_split.c"]
 
 
 @pytest.mark.parametrize("program", PROGRAMS)

@@ -1,0 +1,146 @@
+/* Core cycles per element of each stage and quantiser kernel of the fused
+ * calls (rope_rotate_staged, rope_rotate_quantised), called directly on
+ * one head held in L1, as stage_token (csrc/api/api_stage.c) calls them:
+ * what docs/ARCHITECTURE.md sets beside each kernel's instruction floor.
+ *
+ *   cc -std=c11 -O2 -ffp-contract=off -fno-math-errno -pthread -Icsrc \
+ *      tests/c/stage_cycles.c $(find csrc -name '*.c') -lm -o build/stage_cycles
+ *   build/stage_cycles [isas=all] [head_dim=128] [repetitions=21]
+ *
+ * Per storage type: sumsq (a head's sum of squares), normalise with and
+ * without weights (into the row of the arithmetic type), widen, narrow
+ * (from the row: float for the float arithmetic types, double for
+ * float64); per quantised kind: quantise from and dequantise into a float
+ * row. The clock is timing.h's core_hz, taken right before each kernel;
+ * every repetition times each contender in turn, the order rotated, after
+ * about 10 ms of warm-up; printed: the medians of cycles per element. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kernels.h"
+#include "timing.h"
+
+enum { MAX_DIM = 1024, MAX_REPS = 101, MAX_CONTENDERS = 256 };
+enum { SUMSQ, NORM_W, NORM, WIDEN, NARROW, QUANT, DEQUANT, N_KINDS };
+static const char *const KIND_NAMES[N_KINDS] = {"sumsq", "normalise+w", "normalise", "widen", "narrow",
+                                                "quantise", "dequantise"};
+static const char *const QUANT_NAMES[ROPE_N_QUANTS] = {"", "int8", "float8_e4m3", "q8_0"};
+
+typedef struct {
+    int isa, kind, type; /* type: a storage type, or a quantised kind for QUANT and DEQUANT */
+    double cycles[MAX_REPS];
+} contender;
+
+/* The data: one head of the storage type, its row, weights, and its
+ * quantised bytes; small finite values in every type. */
+static _Alignas(64) unsigned char g_x[MAX_DIM * 8], g_q[MAX_DIM * 2];
+static _Alignas(64) double g_row[MAX_DIM], g_w[MAX_DIM];
+
+static void fill(int64_t n)
+{
+    float *rowf = (float *)g_row;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = sin(0.7 * (double)i) * 2.0;
+        ((float *)g_x)[i] = (float)v; /* read as float32 */
+        g_w[i] = 1.0 + 0.01 * (double)(i % 7);
+        rowf[i] = (float)v;
+    }
+    for (int64_t i = 0; i < n * 8; i++) /* the 16-bit and 64-bit types: bytes of small values */
+        if (i >= n * 4)
+            g_x[i] = (unsigned char)(0x3C + (i % 3));
+}
+
+/* One call of contender c's kernel on the head of n elements. */
+static void call(const contender *c, int64_t n)
+{
+    const rope_kernels *k = rope_isa_kernels(c->isa);
+    double acc[8] = {0};
+    float scale = 0.05f;
+    switch (c->kind) {
+    case SUMSQ:
+        k->sumsq[c->type](g_x, n, acc);
+        __asm__ volatile("" : : "r"(acc) : "memory");
+        break;
+    case NORM_W:
+        k->normalise[c->type](g_x, n, 0.9, g_w, g_row);
+        break;
+    case NORM:
+        k->normalise[c->type](g_x, n, 0.9, NULL, g_row);
+        break;
+    case WIDEN:
+        k->widen[c->type](g_x, n, g_row);
+        break;
+    case NARROW:
+        (ROPE_WIDE_ROWS[c->type] ? k->narrow_double : k->narrow_float)[c->type](g_row, n, g_x);
+        break;
+    case QUANT:
+        k->quantise[c->type]((const float *)g_row, n, g_q, &scale);
+        break;
+    case DEQUANT:
+        k->dequantise[c->type](g_q, n, scale, (float *)g_row);
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *isas = argc > 1 ? argv[1] : "all";
+    const int64_t n = argc > 2 ? atoll(argv[2]) : 128;
+    int reps = argc > 3 ? atoi(argv[3]) : 21;
+    if (n < 32 || n > MAX_DIM || n % 32 || reps < 1) {
+        fprintf(stderr, "usage: %s [isas=all] [head_dim=128, a multiple of 32 up to %d] [repetitions=21]\n",
+                argv[0], MAX_DIM);
+        return 2;
+    }
+    if (reps > MAX_REPS)
+        reps = MAX_REPS;
+    static contender cs[MAX_CONTENDERS];
+    int nc = 0;
+    for (int isa = 0; isa < rope_isa_count(); isa++) {
+        if (!isa_listed(isas, isa) || !rope_isa_supported(isa))
+            continue;
+        for (int kind = 0; kind < N_KINDS; kind++) {
+            const int quant = kind == QUANT || kind == DEQUANT;
+            for (int t = quant ? 1 : 0; t < (quant ? ROPE_N_QUANTS : ROPE_N_DTYPES); t++)
+                if (nc < MAX_CONTENDERS)
+                    cs[nc++] = (contender){isa, kind, t, {0}};
+        }
+    }
+    if (nc == 0) {
+        fprintf(stderr, "no supported instruction set named %s\n", isas);
+        return 2;
+    }
+    const int64_t calls = 20000 / n + 1; /* about 10 us of work a sample */
+    printf("one head of %lld elements, in L1; %d repetitions of %lld calls\n", (long long)n, reps,
+           (long long)calls);
+    for (int r = -1; r < reps; r++)
+        for (int i = 0; i < nc; i++) {
+            contender *c = &cs[(i + (r < 0 ? 0 : r)) % nc];
+            fill(n);
+            /* a quantised head to dequantise, as the cache holds it */
+            const rope_kernels *k = rope_isa_kernels(0);
+            if (c->kind == DEQUANT) {
+                float s = 0.05f;
+                k->quantise[c->type]((const float *)g_row, n, g_q, &s);
+            }
+            const double warm_until = now_us() + (r < 0 ? 10000 : 500);
+            while (now_us() < warm_until)
+                call(c, n);
+            const double hz = core_hz();
+            const double t0 = now_us();
+            for (int64_t j = 0; j < calls; j++)
+                call(c, n);
+            const double t = (now_us() - t0) * 1e-6;
+            if (r >= 0)
+                c->cycles[r] = t * hz / (double)(calls * n);
+        }
+    for (int i = 0; i < nc; i++) {
+        const contender *c = &cs[i];
+        const int quant = c->kind == QUANT || c->kind == DEQUANT;
+        printf("%-11s %-12s %-12s %.3f cycles/element\n", rope_isa_name(c->isa), KIND_NAMES[c->kind],
+               quant ? QUANT_NAMES[c->type] : rope_dtype_name(c->type), median(cs[i].cycles, reps));
+    }
+    return 0;
+}
