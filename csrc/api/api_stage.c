@@ -314,6 +314,13 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const rope_rot_fn rot = kern->rot[wide ? ROPE_F64 : ROPE_F32][op->layout];
     const rope_convert_fn narrow = wide ? kern->narrow_double[out_dtype] : kern->narrow_float[out_dtype];
     const rope_quantise_fn quantise = kern->quantise[q->kind];
+    /* the norm path in one pass where the instruction set has it: a norm,
+     * a split-half rotation of the whole head, stored in x's own type */
+    const rope_norm_rot_fn norm_rot =
+        st->norm != ROPE_NORM_NONE && !q->in_place && !quantised && !st->copy && out_dtype == op->dtype &&
+                op->layout == ROPE_SPLIT_HALF && op->rotary_dim == head_dim && head_dim % 16 == 0
+            ? kern->norm_rot[op->dtype]
+            : NULL;
     double inv = 1.0;
     if (st->norm == ROPE_NORM_TOKEN) {
         double acc[8] = {0};
@@ -352,6 +359,10 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
             const double *w = st->norm_weight;
             if (w && st->norm == ROPE_NORM_TOKEN)
                 w += h * head_dim;
+            if (norm_rot) {
+                norm_rot(xh, head_dim, inv, w, (const float *)c, (const float *)sn, inverse, oh);
+                continue;
+            }
             kern->normalise[op->dtype](xh, head_dim, inv, w, row);
         } else {
             kern->widen[op->dtype](xh, head_dim, row);

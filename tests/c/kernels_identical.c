@@ -16,7 +16,9 @@
  * within 64 bytes, random values with NaNs (quiet, signalling, payloads),
  * infinities, zeros of both signs, subnormals, huge values and rounding
  * ties of the narrower types, sums of squares continued over several calls
- * from any starting lanes, weights or none, and inv from 0 to infinity.
+ * from any starting lanes, weights or none, and inv from 0 to infinity;
+ * an entry's one-pass norm path (norm_rot) against the scalar normalise,
+ * split-half rotation and narrowing in turn.
  * The quantisers (quantise and dequantise of rope_rotate_quantised: int8,
  * float8 e4m3, q8_0) must match the scalar ones in every bit, NaNs
  * included: every even length up to 80 and longer ones (q8_0: 1 to 128
@@ -93,6 +95,23 @@ static int loads_nan(int dtype, const unsigned char *p)
     return 0;
 }
 #undef IS_NAN_
+/* Whether element p (of a storage type) is what narrowing some NaN can give
+ * by convert.h's roundings: a NaN, an infinity or a zero (bfloat16's
+ * integer rounding carries a NaN's low payload bits into its exponent or
+ * past its sign). */
+#define NAN_IMAGE_(code, sfx, T, A, name)                                      \
+    case code: {                                                               \
+        T t;                                                                   \
+        memcpy(&t, p, sizeof t);                                               \
+        const double v = (double)rope_ld_##sfx(&t);                            \
+        return isnan(v) || isinf(v) || v == 0.0;                               \
+    }
+static int nan_image(int dtype, const unsigned char *p)
+{
+    switch (dtype) { ROPE_STORAGE_TYPES(NAN_IMAGE_) }
+    return 0;
+}
+#undef NAN_IMAGE_
 
 /* ---- the contenders ------------------------------------------------------- */
 
@@ -674,6 +693,106 @@ static void check_stages(void)
     }
 }
 
+/* ---- the one-pass norm path ------------------------------------------------------ */
+
+/* A table entry of the norm path's rotation: cos or sin of an angle, now
+ * and then a special value. */
+static float table_entry(int is_sin, double angle)
+{
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, 1e-40f};
+    const uint64_t r = next() % 64;
+    if (r == 0)
+        return special[next() % (sizeof special / sizeof special[0])];
+    if (r == 1) /* a NaN of any sign and payload */
+        return rope_bits_f32((uint32_t)(next() & 0x807FFFFFu) | 0x7F800001u);
+    return (float)(is_sin ? sin(angle) : cos(angle));
+}
+
+/* Every contender's own norm_rot kernels against the scalar composition
+ * they replace (normalise, the split-half rotation of the row as one head,
+ * narrow_float; scalar/stage.c and scalar/rotate.c): head_dim 16 up to
+ * ROPE_MAX_STAGE_DIM, weights or none, both directions, in place or not,
+ * x and out at element offsets within 64 bytes, the stage kernels' inputs
+ * and inv values. Only the float arithmetic types may have one. */
+static void check_norm_rot(void)
+{
+    const rope_kernels *s = rope_isa_kernels(0);
+    static const int64_t dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 384, 512, ROPE_MAX_STAGE_DIM};
+    static float row[ROPE_MAX_STAGE_DIM], cs[ROPE_MAX_STAGE_DIM / 2], sn[ROPE_MAX_STAGE_DIM / 2];
+    static unsigned char ref[8 * ROPE_MAX_STAGE_DIM], blank[8 * ROPE_MAX_STAGE_DIM];
+    memset(blank, 0xA5, sizeof blank);
+    stage_pools();
+    for (int i = 0; i < n_contenders; i++) {
+        if (!C[i].kernels)
+            continue;
+        for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++) {
+            const rope_norm_rot_fn f = C[i].kernels->norm_rot[dtype];
+            if (!f)
+                continue;
+            if (ROPE_WIDE_ROWS[dtype] || s->norm_rot[dtype]) {
+                if (C[i].fails++ < 20)
+                    printf("MISMATCH %s: norm_rot %s is set: only non-scalar entries of the float types may have one\n",
+                           C[i].name, NAMES[dtype]);
+                continue;
+            }
+            int seen = 0;
+            for (int j = 0; j < i; j++)
+                seen |= C[j].kernels && C[j].kernels->norm_rot[dtype] == f;
+            if (seen)
+                continue;
+            const int64_t es = rope_dtype_size(dtype);
+            for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+                for (int t = 0; t < 24; t++) {
+                    const int64_t n = dims[di], half = n / 2;
+                    const int64_t start = (int64_t)(next() % (uint64_t)(STAGE_POOL - n + 1));
+                    const unsigned char *src = stage_pool[dtype] + start * es;
+                    const int weighted = next() % 3 != 0, inverse = (int)(next() % 2), in_place = t % 2;
+                    const double *w = weighted ? stage_w + next() % (uint64_t)(STAGE_POOL - n + 1) : NULL;
+                    const double inv = inv_value();
+                    for (int64_t k = 0; k < half; k++) {
+                        const double a = uniform() * 1000.0;
+                        cs[k] = table_entry(0, a);
+                        sn[k] = table_entry(1, a);
+                    }
+                    s->normalise[dtype](src, n, inv, w, row);
+                    s->rot[ROPE_F32][ROPE_SPLIT_HALF](row, row, 0, 0, 1, cs, sn, half, inverse);
+                    s->narrow_float[dtype](row, n, ref);
+                    /* where the rotated row holds a NaN, the two may hold different NaNs
+                     * (as every rotation kernel may), and narrowing them may then
+                     * differ: any image of a NaN passes there */
+                    const int64_t xo = (int64_t)(next() % (uint64_t)(MAX_OFF / es)) * es;
+                    const int64_t yo = in_place ? xo : (int64_t)(next() % (uint64_t)(MAX_OFF / es)) * es;
+                    for (int r = 0; r < 16; r++)
+                        guard[next() % GUARD] = (unsigned char)next();
+                    lay(0, xo, src, n * es);
+                    lay(1, yo, blank, n * es);
+                    unsigned char *x = work[0] + GUARD + xo, *y = in_place ? x : work[1] + GUARD + yo;
+                    f(x, n, inv, w, cs, sn, inverse, y);
+                    if ((!guards_ok(0, xo, n * es) || !guards_ok(1, yo, n * es) ||
+                         (!in_place && memcmp(x, src, (size_t)(n * es)) != 0)) &&
+                        n_guard_fail++ < 20)
+                        printf("GUARD BYTES OR INPUT WRITTEN by the %s norm_rot kernel: %s n=%lld\n", C[i].name,
+                               NAMES[dtype], (long long)n);
+                    int nan_only = 0, same = 1;
+                    for (int64_t k = 0; k < n; k++) {
+                        if (memcmp(y + k * es, ref + k * es, (size_t)es) == 0)
+                            continue;
+                        if (isnan(row[k]) && nan_image(dtype, y + k * es))
+                            nan_only = 1;
+                        else
+                            same = 0;
+                    }
+                    C[i].stage_cases++;
+                    C[i].nan_only += nan_only;
+                    if (!same && C[i].fails++ < 20)
+                        printf("MISMATCH %s: norm_rot %s n=%lld%s%s%s (inv %g)\n", C[i].name, NAMES[dtype],
+                               (long long)n, weighted ? " weighted" : " no weights", inverse ? " inverse" : "",
+                               in_place ? " in place" : "", inv);
+                }
+        }
+    }
+}
+
 /* ---- the quantisers ------------------------------------------------------------ */
 
 static const char *const QUANT_NAMES[ROPE_N_QUANTS] = {
@@ -1036,6 +1155,7 @@ int main(int argc, char **argv)
     }
     check_passes();
     check_stages();
+    check_norm_rot();
     check_quants();
     int failed = n_guard_fail != 0;
     for (int i = 0; i < n_contenders; i++) {

@@ -215,6 +215,100 @@ ROPE_AVX2_NORMALISE(f16, uint16_t, float, ld8d_f16, st8_float, MUL_XS_FLOAT)
 ROPE_AVX2_NORMALISE(bf16, uint16_t, float, ld8d_bf16, st8_float, MUL_XS_FLOAT)
 ROPE_AVX2_NORMALISE(f64, double, double, ld8d_f64, st8_double, MUL_XS_DOUBLE)
 
+/* ---- normalise, rotate and narrow a head in one pass ------------------------------ */
+
+/* 8 elements of x normalised to float as rope_normalise does: x * (inv * w)
+ * (weighted) or x * inv in double, rounded once; weighted is a constant
+ * where it is inlined. */
+#define ROPE_AVX2_NORM8(sfx, T, LD8D)                                                \
+    ROPE_AVX2 static inline __attribute__((always_inline)) __m256 norm8_##sfx(       \
+        const T *x, const double *w, __m256d vi, int weighted)                      \
+    {                                                                                \
+        __m256d v0, v1, s0 = vi, s1 = vi;                                            \
+        LD8D(x, &v0, &v1);                                                           \
+        if (weighted) {                                                              \
+            s0 = mul_in_order(vi, _mm256_loadu_pd(w));                               \
+            s1 = mul_in_order(vi, _mm256_loadu_pd(w + 4));                           \
+        }                                                                            \
+        return _mm256_set_m128(_mm256_cvtpd_ps(MUL_XS_FLOAT(v1, s1)), _mm256_cvtpd_ps(MUL_XS_FLOAT(v0, s0))); \
+    }
+ROPE_AVX2_NORM8(f32, float, ld8d_f32)
+ROPE_AVX2_NORM8(f16, uint16_t, ld8d_f16)
+ROPE_AVX2_NORM8(bf16, uint16_t, ld8d_bf16)
+
+/* Pairs i .. i+15 and i+half .. i+half+15 per step (then, if half is not a
+ * multiple of 16, one step of 8), both halves normalised, then rotated as
+ * SPLIT_STEP16 rotates (FM0/FM1 by direction), then stored in the storage
+ * type, 16 elements at a time (ST16: bfloat16 packs two vectors in one
+ * instruction). Each step reads its elements before it writes them, and no
+ * other step touches them: in place is exact. No offset of a NULL w is
+ * formed. */
+#define NORM_ROT_STEP(NORM8, WEIGHTED, j, FM0, FM1, y0, y1)                          \
+    do {                                                                             \
+        const __m256 x0 = NORM8(x + (j), WEIGHTED ? w + (j) : NULL, vi, WEIGHTED);   \
+        const __m256 x1 = NORM8(x + (j) + half, WEIGHTED ? w + (j) + half : NULL, vi, WEIGHTED); \
+        const __m256 c = _mm256_loadu_ps(cos + (j)), s = _mm256_loadu_ps(sin + (j)); \
+        y0 = FM0(x0, c, _mm256_mul_ps(x1, s));                                       \
+        y1 = FM1(x1, c, _mm256_mul_ps(x0, s));                                       \
+    } while (0)
+#define NORM_ROT_LOOP(NORM8, ST8, ST16, WEIGHTED, FM0, FM1)                          \
+    {                                                                                \
+        int64_t i = 0;                                                               \
+        for (; i + 16 <= half; i += 16) {                                            \
+            __m256 y0a, y1a, y0b, y1b;                                               \
+            NORM_ROT_STEP(NORM8, WEIGHTED, i, FM0, FM1, y0a, y1a);                   \
+            NORM_ROT_STEP(NORM8, WEIGHTED, i + 8, FM0, FM1, y0b, y1b);               \
+            ST16(out + i, y0a, y0b);                                                 \
+            ST16(out + i + half, y1a, y1b);                                          \
+        }                                                                            \
+        if (i < half) {                                                              \
+            __m256 y0, y1;                                                           \
+            NORM_ROT_STEP(NORM8, WEIGHTED, i, FM0, FM1, y0, y1);                     \
+            ST8(out + i, y0);                                                        \
+            ST8(out + i + half, y1);                                                 \
+        }                                                                            \
+    }
+
+#define ROPE_AVX2_NORM_ROT(sfx, T, ST8, ST16)                                        \
+    ROPE_AVX2 void rope_norm_rot_##sfx##_avx2(const void *xv, int64_t head_dim, double inv, \
+                                              const double *w, const float *cos,    \
+                                              const float *sin, int inverse, void *outv) \
+    {                                                                                \
+        const T *x = (const T *)xv;                                                  \
+        T *out = (T *)outv;                                                          \
+        const int64_t half = head_dim / 2;                                           \
+        const __m256d vi = _mm256_set1_pd(inv);                                      \
+        if (w && !inverse)                                                           \
+            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 1, _mm256_fmsub_ps, _mm256_fmadd_ps) \
+        else if (w)                                                                  \
+            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 1, _mm256_fmadd_ps, _mm256_fmsub_ps) \
+        else if (!inverse)                                                           \
+            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 0, _mm256_fmsub_ps, _mm256_fmadd_ps) \
+        else                                                                         \
+            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 0, _mm256_fmadd_ps, _mm256_fmsub_ps) \
+    }
+
+ROPE_AVX2 static inline void st8_f32v(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
+ROPE_AVX2 static inline void st16_f32v(float *p, __m256 a, __m256 b)
+{
+    _mm256_storeu_ps(p, a);
+    _mm256_storeu_ps(p + 8, b);
+}
+ROPE_AVX2 static inline void st16_f16v(uint16_t *p, __m256 a, __m256 b)
+{
+    st8_f16(p, a);
+    st8_f16(p + 8, b);
+}
+/* both vectors rounded (convert.h), packed to 16 bits in one instruction,
+ * the 64-bit blocks back in order (as rope_narrow_float_bf16_avx2) */
+ROPE_AVX2 static inline void st16_bf16v(uint16_t *p, __m256 a, __m256 b)
+{
+    _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8));
+}
+ROPE_AVX2_NORM_ROT(f32, float, st8_f32v, st16_f32v)
+ROPE_AVX2_NORM_ROT(f16, uint16_t, st8_f16, st16_f16v)
+ROPE_AVX2_NORM_ROT(bf16, uint16_t, st8_bf16, st16_bf16v)
+
 /* ---- conversions ----------------------------------------------------------------- */
 
 /* An 8-element step CONV(in + i, out + i) over [0, n), the last elements
