@@ -8,11 +8,15 @@
  *   build/kernel_cycles [isas=all] [heads=8] [head_dim=128] [repetitions=21] [byte offset=0]
  *
  * The core clock is measured, not read (timing.h's core_hz, a chain of
- * dependent operations of known latency) right before each kernel, so
- * turbo and a virtual machine's clock do not matter. Every
- * repetition times each contender in turn, the order rotated, after about
- * 10 ms of warm-up; printed: the medians of cycles per element (and per
- * head). x is placed `offset` bytes past a 64-byte boundary (numpy puts
+ * dependent operations of known latency), right before each contender's
+ * warm-up, so turbo and a virtual machine's clock do not matter (a chain of
+ * dependent 256-bit FMAs gives the same clock: no slower clock for vector
+ * code on the Intel Xeon, family 6 model 167, this was written on), and
+ * the vector units are warm when the timed calls start (with the 6 ms of
+ * integer multiplies between warm-up and timing they read 3-5% slower).
+ * Every repetition times each contender in turn, the order rotated, after
+ * about 10 ms of warm-up (0.5 ms between repetitions); printed: the
+ * medians of cycles per element (and per head). x is placed `offset` bytes past a 64-byte boundary (numpy puts
  * large arrays 16 bytes past a page). */
 #include <math.h>
 #include <stdio.h>
@@ -87,10 +91,10 @@ int main(int argc, char **argv)
                 x[i] = (unsigned char)(0x3C + (i % 3)); /* small finite values in every type */
             const void *cv = ROPE_WIDE_ROWS[c->dtype] ? (const void *)cos : (const void *)cosf_;
             const void *sv = ROPE_WIDE_ROWS[c->dtype] ? (const void *)sin : (const void *)sinf_;
+            const double hz = core_hz();
             const double warm_until = now_us() + (r < 0 ? 10000 : 500);
             while (now_us() < warm_until)
                 c->rot(x, x, head_dim, head_dim, heads, cv, sv, half, r & 1);
-            const double hz = core_hz();
             const double t0 = now_us();
             for (int64_t i = 0; i < calls; i++) /* alternate directions: the values stay bounded */
                 c->rot(x, x, head_dim, head_dim, heads, cv, sv, half, (int)(i & 1));

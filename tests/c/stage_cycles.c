@@ -10,22 +10,27 @@
  * Per storage type: sumsq (a head's sum of squares), normalise with and
  * without weights (into the row of the arithmetic type), widen, narrow
  * (from the row: float for the float arithmetic types, double for
- * float64); per quantised kind: quantise from and dequantise into a float
- * row. The clock is timing.h's core_hz, taken right before each kernel;
- * every repetition times each contender in turn, the order rotated, after
- * about 10 ms of warm-up; printed: the medians of cycles per element. */
+ * float64); for the float types the norm path of a head with weights as
+ * three kernels (normalise, the split-half rotation of the row, narrow)
+ * and, where the instruction set has it, in one pass (norm_rot); per
+ * quantised kind: quantise from and dequantise into a float row. The
+ * clock is timing.h's core_hz, taken right before each contender's warm-up
+ * (as in kernel_cycles.c); every repetition times each contender in turn,
+ * the order rotated, after about 10 ms of warm-up (0.5 ms between
+ * repetitions); printed: the medians of cycles per element. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/kernels.h"
+#include "scalar/convert.h"
 #include "timing.h"
 
 enum { MAX_DIM = 1024, MAX_REPS = 101, MAX_CONTENDERS = 256 };
-enum { SUMSQ, NORM_W, NORM, WIDEN, NARROW, QUANT, DEQUANT, N_KINDS };
+enum { SUMSQ, NORM_W, NORM, WIDEN, NARROW, COMPOSED, NORM_ROT, QUANT, DEQUANT, N_KINDS };
 static const char *const KIND_NAMES[N_KINDS] = {"sumsq", "normalise+w", "normalise", "widen", "narrow",
-                                                "quantise", "dequantise"};
+                                                "norm+rot+narrow", "norm_rot", "quantise", "dequantise"};
 static const char *const QUANT_NAMES[ROPE_N_QUANTS] = {"", "int8", "float8_e4m3", "q8_0"};
 
 typedef struct {
@@ -34,22 +39,38 @@ typedef struct {
 } contender;
 
 /* The data: one head of the storage type, its row, weights, and its
- * quantised bytes; small finite values in every type. */
-static _Alignas(64) unsigned char g_x[MAX_DIM * 8], g_q[MAX_DIM * 2];
-static _Alignas(64) double g_row[MAX_DIM], g_w[MAX_DIM];
+ * quantised bytes: values of about unit size in every type (no subnormal:
+ * those would time the CPU's slow path for them, not the kernel). */
+enum { REGION = 3 * 4096 }; /* a region per array, each placed a different 640 bytes past a page: a
+                             * load would otherwise wait on an unrelated store 4 KiB away */
+static _Alignas(4096) unsigned char g_pool[6 * REGION];
+#define g_x (g_pool)
+#define g_q (g_pool + REGION + 640)
+#define g_row ((double *)(void *)(g_pool + 2 * REGION + 1280))
+#define g_w ((double *)(void *)(g_pool + 3 * REGION + 1920))
+#define g_cos ((float *)(void *)(g_pool + 4 * REGION + 2560))
+#define g_sin ((float *)(void *)(g_pool + 5 * REGION + 3200))
 
-static void fill(int64_t n)
+/* x as storage type dtype (quantisers: float32 rows), the float row, the
+ * weights and a table row of n / 2 entries. */
+static void fill(int64_t n, int dtype)
 {
     float *rowf = (float *)g_row;
     for (int64_t i = 0; i < n; i++) {
-        const double v = sin(0.7 * (double)i) * 2.0;
-        ((float *)g_x)[i] = (float)v; /* read as float32 */
+        const double v = 0.25 + fabs(sin(0.7 * (double)i)) * (i % 2 ? -2.0 : 2.0);
+        switch (dtype) {
+        case ROPE_F16: ((uint16_t *)g_x)[i] = rope_f32_to_f16((float)v); break;
+        case ROPE_BF16: ((uint16_t *)g_x)[i] = rope_f32_to_bf16((float)v); break;
+        case ROPE_F64: ((double *)g_x)[i] = v; break;
+        default: ((float *)g_x)[i] = (float)v; break;
+        }
         g_w[i] = 1.0 + 0.01 * (double)(i % 7);
         rowf[i] = (float)v;
     }
-    for (int64_t i = 0; i < n * 8; i++) /* the 16-bit and 64-bit types: bytes of small values */
-        if (i >= n * 4)
-            g_x[i] = (unsigned char)(0x3C + (i % 3));
+    for (int64_t i = 0; i < n / 2; i++) {
+        g_cos[i] = (float)cos(0.3 + (double)i / (double)n);
+        g_sin[i] = (float)sin(0.3 + (double)i / (double)n);
+    }
 }
 
 /* One call of contender c's kernel on the head of n elements. */
@@ -74,6 +95,14 @@ static void call(const contender *c, int64_t n)
         break;
     case NARROW:
         (ROPE_WIDE_ROWS[c->type] ? k->narrow_double : k->narrow_float)[c->type](g_row, n, g_x);
+        break;
+    case COMPOSED: /* what stage_token did per head before norm_rot, with weights */
+        k->normalise[c->type](g_x, n, 0.9, g_w, g_row);
+        k->rot[ROPE_F32][ROPE_SPLIT_HALF](g_row, g_row, 0, 0, 1, g_cos, g_sin, n / 2, 0);
+        k->narrow_float[c->type](g_row, n, g_q);
+        break;
+    case NORM_ROT:
+        k->norm_rot[c->type](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
         break;
     case QUANT:
         k->quantise[c->type]((const float *)g_row, n, g_q, &scale);
@@ -104,7 +133,9 @@ int main(int argc, char **argv)
         for (int kind = 0; kind < N_KINDS; kind++) {
             const int quant = kind == QUANT || kind == DEQUANT;
             for (int t = quant ? 1 : 0; t < (quant ? ROPE_N_QUANTS : ROPE_N_DTYPES); t++)
-                if (nc < MAX_CONTENDERS)
+                if (nc < MAX_CONTENDERS &&
+                    !((kind == COMPOSED || kind == NORM_ROT) && ROPE_WIDE_ROWS[t]) &&
+                    !(kind == NORM_ROT && !rope_isa_kernels(isa)->norm_rot[t]))
                     cs[nc++] = (contender){isa, kind, t, {0}};
         }
     }
@@ -118,17 +149,17 @@ int main(int argc, char **argv)
     for (int r = -1; r < reps; r++)
         for (int i = 0; i < nc; i++) {
             contender *c = &cs[(i + (r < 0 ? 0 : r)) % nc];
-            fill(n);
+            fill(n, c->kind == QUANT || c->kind == DEQUANT ? ROPE_F32 : c->type);
             /* a quantised head to dequantise, as the cache holds it */
             const rope_kernels *k = rope_isa_kernels(0);
             if (c->kind == DEQUANT) {
                 float s = 0.05f;
                 k->quantise[c->type]((const float *)g_row, n, g_q, &s);
             }
+            const double hz = core_hz();
             const double warm_until = now_us() + (r < 0 ? 10000 : 500);
             while (now_us() < warm_until)
                 call(c, n);
-            const double hz = core_hz();
             const double t0 = now_us();
             for (int64_t j = 0; j < calls; j++)
                 call(c, n);
