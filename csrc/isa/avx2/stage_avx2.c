@@ -133,11 +133,29 @@ ROPE_AVX2 static inline void sq8_f16(const void *p, __m256d *lo, __m256d *hi)
 }
 
 /* 8-element steps (SQ8), then the last n mod 8 elements. */
+/* 8-element steps (SQ8), then the last n mod 8 elements in a function of
+ * their own: its stack copy would otherwise give every call a stack frame
+ * (a head of 128 has no such elements). */
 #define ROPE_AVX2_SUMSQ(sfx, T, SQ8)                                                 \
+    ROPE_AVX2 static __attribute__((noinline)) void sumsq_tail_##sfx(               \
+        const T *x, int64_t r, double acc[8])                                        \
+    { /* lanes 0 .. r-1 only */                                                      \
+        T t[8];                                                                      \
+        memset(t, 0, sizeof t);                                                      \
+        memcpy(t, x, (size_t)r * sizeof(T));                                         \
+        __m256d q0, q1;                                                              \
+        SQ8(t, &q0, &q1);                                                            \
+        const __m256d a0 = _mm256_loadu_pd(acc), a1 = _mm256_loadu_pd(acc + 4);     \
+        const __m256i rv = _mm256_set1_epi64x(r);                                    \
+        const __m256d m0 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(rv, _mm256_setr_epi64x(0, 1, 2, 3))); \
+        const __m256d m1 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(rv, _mm256_setr_epi64x(4, 5, 6, 7))); \
+        _mm256_storeu_pd(acc, _mm256_blendv_pd(a0, add_in_order(q0, a0), m0));      \
+        _mm256_storeu_pd(acc + 4, _mm256_blendv_pd(a1, add_in_order(q1, a1), m1));  \
+    }                                                                                \
     ROPE_AVX2 void rope_sumsq_##sfx##_avx2(const void *xv, int64_t n, double acc[8]) \
     {                                                                                \
         const T *x = (const T *)xv;                                                  \
-        __m256d a0 = load_lanes4(acc), a1 = load_lanes4(acc + 4);            \
+        __m256d a0 = load_lanes4(acc), a1 = load_lanes4(acc + 4);                    \
         int64_t i = 0;                                                               \
         for (; i + 8 <= n; i += 8) {                                                 \
             __m256d q0, q1;                                                          \
@@ -145,20 +163,10 @@ ROPE_AVX2 static inline void sq8_f16(const void *p, __m256d *lo, __m256d *hi)
             a0 = add_in_order(q0, a0);                                               \
             a1 = add_in_order(q1, a1);                                               \
         }                                                                            \
-        if (i < n) { /* lanes 0 .. n-i-1 only */                                     \
-            T t[8];                                                                  \
-            memset(t, 0, sizeof t);                                                  \
-            memcpy(t, x + i, (size_t)(n - i) * sizeof(T));                           \
-            __m256d q0, q1;                                                          \
-            SQ8(t, &q0, &q1);                                                        \
-            const __m256i r = _mm256_set1_epi64x(n - i);                             \
-            const __m256d m0 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(r, _mm256_setr_epi64x(0, 1, 2, 3))); \
-            const __m256d m1 = _mm256_castsi256_pd(_mm256_cmpgt_epi64(r, _mm256_setr_epi64x(4, 5, 6, 7))); \
-            a0 = _mm256_blendv_pd(a0, add_in_order(q0, a0), m0);                    \
-            a1 = _mm256_blendv_pd(a1, add_in_order(q1, a1), m1);                    \
-        }                                                                            \
         _mm256_storeu_pd(acc, a0);                                                   \
         _mm256_storeu_pd(acc + 4, a1);                                               \
+        if (i < n)                                                                   \
+            sumsq_tail_##sfx(x + i, n - i, acc);                                     \
     }
 
 ROPE_AVX2_SUMSQ(f32, float, sq8_f32)
