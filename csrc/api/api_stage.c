@@ -315,11 +315,11 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const rope_convert_fn narrow = wide ? kern->narrow_double[out_dtype] : kern->narrow_float[out_dtype];
     const rope_quantise_fn quantise = kern->quantise[q->kind];
     /* the norm path in one pass where the instruction set has it: a norm,
-     * a split-half rotation of the whole head, stored in x's own type */
+     * a split-half rotation of the whole head, stored unquantised */
     const rope_norm_rot_fn norm_rot =
-        st->norm != ROPE_NORM_NONE && !q->in_place && !quantised && !st->copy && out_dtype == op->dtype &&
+        st->norm != ROPE_NORM_NONE && !q->in_place && !quantised && !st->copy &&
                 op->layout == ROPE_SPLIT_HALF && op->rotary_dim == head_dim && head_dim % 16 == 0
-            ? kern->norm_rot[op->dtype]
+            ? kern->norm_rot[op->dtype][out_dtype]
             : NULL;
     double inv = 1.0;
     if (st->norm == ROPE_NORM_TOKEN) {

@@ -69,10 +69,11 @@ typedef void (*rope_convert_fn)(const void *in, int64_t n, void *out);
 /* The norm path of one head in one pass: normalise into float, the
  * split-half rotation of that row over the whole head (rot[ROPE_F32]
  * [ROPE_SPLIT_HALF], one head, half = head_dim / 2, cos/sin its entries)
- * and narrow_float back to x's own storage type: the same bits as the three
+ * and narrow_float to the output's storage type: the same bits as the three
  * in turn, without the row's trips through memory and two of the calls. x
- * and out may be the same array; head_dim is a multiple of 16. NULL where
- * an instruction set has none (the caller composes the three). */
+ * and out may be the same array (same types); head_dim is a multiple of
+ * 16. NULL where an instruction set has none (the caller composes the
+ * three). */
 typedef void (*rope_norm_rot_fn)(const void *x, int64_t head_dim, double inv, const double *w,
                                  const float *cos, const float *sin, int inverse, void *out);
 
@@ -101,7 +102,7 @@ typedef struct {
     rope_convert_fn widen[ROPE_N_DTYPES];
     rope_convert_fn narrow_float[ROPE_N_DTYPES];
     rope_convert_fn narrow_double[ROPE_N_DTYPES];  /* NULL where not offered */
-    rope_norm_rot_fn norm_rot[ROPE_N_DTYPES];      /* float arithmetic types; NULL: none */
+    rope_norm_rot_fn norm_rot[ROPE_N_DTYPES][ROPE_N_DTYPES]; /* [x][out], float types; NULL: none */
     rope_quantise_fn quantise[ROPE_N_QUANTS];
     rope_dequantise_fn dequantise[ROPE_N_QUANTS];
 } rope_kernels;

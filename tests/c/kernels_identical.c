@@ -123,7 +123,7 @@ typedef struct {
     rope_pass_fn pass;
     const rope_kernels *kernels; /* a registry entry's table (its stage kernels), else NULL */
     int ref;
-    long cases, pass_cases, stage_cases, quant_cases, fails, nan_only, stage_nan_only;
+    long cases, pass_cases, stage_cases, quant_cases, fails, nan_only, stage_nan_only, norm_rot_nan_only;
 } contender;
 
 enum { MAX_CONTENDERS = 32 };
@@ -725,71 +725,75 @@ static void check_norm_rot(void)
     for (int i = 0; i < n_contenders; i++) {
         if (!C[i].kernels)
             continue;
-        for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++) {
-            const rope_norm_rot_fn f = C[i].kernels->norm_rot[dtype];
-            if (!f)
-                continue;
-            if (ROPE_WIDE_ROWS[dtype] || s->norm_rot[dtype]) {
-                if (C[i].fails++ < 20)
-                    printf("MISMATCH %s: norm_rot %s is set: only non-scalar entries of the float types may have one\n",
-                           C[i].name, NAMES[dtype]);
-                continue;
-            }
-            int seen = 0;
-            for (int j = 0; j < i; j++)
-                seen |= C[j].kernels && C[j].kernels->norm_rot[dtype] == f;
-            if (seen)
-                continue;
-            const int64_t es = rope_dtype_size(dtype);
-            for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
-                for (int t = 0; t < 24; t++) {
-                    const int64_t n = dims[di], half = n / 2;
-                    const int64_t start = (int64_t)(next() % (uint64_t)(STAGE_POOL - n + 1));
-                    const unsigned char *src = stage_pool[dtype] + start * es;
-                    const int weighted = next() % 3 != 0, inverse = (int)(next() % 2), in_place = t % 2;
-                    const double *w = weighted ? stage_w + next() % (uint64_t)(STAGE_POOL - n + 1) : NULL;
-                    const double inv = inv_value();
-                    for (int64_t k = 0; k < half; k++) {
-                        const double a = uniform() * 1000.0;
-                        cs[k] = table_entry(0, a);
-                        sn[k] = table_entry(1, a);
-                    }
-                    s->normalise[dtype](src, n, inv, w, row);
-                    s->rot[ROPE_F32][ROPE_SPLIT_HALF](row, row, 0, 0, 1, cs, sn, half, inverse);
-                    s->narrow_float[dtype](row, n, ref);
-                    /* where the rotated row holds a NaN, the two may hold different NaNs
-                     * (as every rotation kernel may), and narrowing them may then
-                     * differ: any image of a NaN passes there */
-                    const int64_t xo = (int64_t)(next() % (uint64_t)(MAX_OFF / es)) * es;
-                    const int64_t yo = in_place ? xo : (int64_t)(next() % (uint64_t)(MAX_OFF / es)) * es;
-                    for (int r = 0; r < 16; r++)
-                        guard[next() % GUARD] = (unsigned char)next();
-                    lay(0, xo, src, n * es);
-                    lay(1, yo, blank, n * es);
-                    unsigned char *x = work[0] + GUARD + xo, *y = in_place ? x : work[1] + GUARD + yo;
-                    f(x, n, inv, w, cs, sn, inverse, y);
-                    if ((!guards_ok(0, xo, n * es) || !guards_ok(1, yo, n * es) ||
-                         (!in_place && memcmp(x, src, (size_t)(n * es)) != 0)) &&
-                        n_guard_fail++ < 20)
-                        printf("GUARD BYTES OR INPUT WRITTEN by the %s norm_rot kernel: %s n=%lld\n", C[i].name,
-                               NAMES[dtype], (long long)n);
-                    int nan_only = 0, same = 1;
-                    for (int64_t k = 0; k < n; k++) {
-                        if (memcmp(y + k * es, ref + k * es, (size_t)es) == 0)
-                            continue;
-                        if (isnan(row[k]) && nan_image(dtype, y + k * es))
-                            nan_only = 1;
-                        else
-                            same = 0;
-                    }
-                    C[i].stage_cases++;
-                    C[i].nan_only += nan_only;
-                    if (!same && C[i].fails++ < 20)
-                        printf("MISMATCH %s: norm_rot %s n=%lld%s%s%s (inv %g)\n", C[i].name, NAMES[dtype],
-                               (long long)n, weighted ? " weighted" : " no weights", inverse ? " inverse" : "",
-                               in_place ? " in place" : "", inv);
+        for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++)
+            for (int otype = 0; otype < ROPE_N_DTYPES; otype++) {
+                const rope_norm_rot_fn f = C[i].kernels->norm_rot[dtype][otype];
+                if (!f)
+                    continue;
+                if (ROPE_WIDE_ROWS[dtype] || ROPE_WIDE_ROWS[otype] || s->norm_rot[dtype][otype]) {
+                    if (C[i].fails++ < 20)
+                        printf("MISMATCH %s: norm_rot %s to %s is set: only non-scalar entries of the float "
+                               "types may have one\n", C[i].name, NAMES[dtype], NAMES[otype]);
+                    continue;
                 }
-        }
+                int seen = 0;
+                for (int j = 0; j < i; j++)
+                    seen |= C[j].kernels && C[j].kernels->norm_rot[dtype][otype] == f;
+                if (seen)
+                    continue;
+                const int64_t es = rope_dtype_size(dtype), os = rope_dtype_size(otype);
+                for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+                    for (int t = 0; t < 24; t++) {
+                        const int64_t n = dims[di], half = n / 2;
+                        const int64_t start = (int64_t)(next() % (uint64_t)(STAGE_POOL - n + 1));
+                        const unsigned char *src = stage_pool[dtype] + start * es;
+                        /* in place only where the types (element sizes) are the same */
+                        const int weighted = next() % 3 != 0, inverse = (int)(next() % 2);
+                        const int in_place = dtype == otype && t % 2;
+                        const double *w = weighted ? stage_w + next() % (uint64_t)(STAGE_POOL - n + 1) : NULL;
+                        const double inv = inv_value();
+                        for (int64_t k = 0; k < half; k++) {
+                            const double a = uniform() * 1000.0;
+                            cs[k] = table_entry(0, a);
+                            sn[k] = table_entry(1, a);
+                        }
+                        s->normalise[dtype](src, n, inv, w, row);
+                        s->rot[ROPE_F32][ROPE_SPLIT_HALF](row, row, 0, 0, 1, cs, sn, half, inverse);
+                        s->narrow_float[otype](row, n, ref);
+                        /* where the rotated row holds a NaN, the two may hold different NaNs
+                         * (as every rotation kernel may), and narrowing them may then
+                         * differ: any image of a NaN passes there */
+                        const int64_t xo = (int64_t)(next() % (uint64_t)(MAX_OFF / es)) * es;
+                        const int64_t yo = in_place ? xo : (int64_t)(next() % (uint64_t)(MAX_OFF / os)) * os;
+                        for (int r = 0; r < 16; r++)
+                            guard[next() % GUARD] = (unsigned char)next();
+                        lay(0, xo, src, n * es);
+                        lay(1, yo, blank, n * os);
+                        unsigned char *x = work[0] + GUARD + xo, *y = in_place ? x : work[1] + GUARD + yo;
+                        f(x, n, inv, w, cs, sn, inverse, y);
+                        if ((!guards_ok(0, xo, n * es) || !guards_ok(1, yo, n * os) ||
+                             (!in_place && memcmp(x, src, (size_t)(n * es)) != 0)) &&
+                            n_guard_fail++ < 20)
+                            printf("GUARD BYTES OR INPUT WRITTEN by the %s norm_rot kernel: %s to %s n=%lld\n",
+                                   C[i].name, NAMES[dtype], NAMES[otype], (long long)n);
+                        int nan_only = 0, same = 1;
+                        for (int64_t k = 0; k < n; k++) {
+                            if (memcmp(y + k * os, ref + k * os, (size_t)os) == 0)
+                                continue;
+                            if (isnan(row[k]) && nan_image(otype, y + k * os))
+                                nan_only = 1;
+                            else
+                                same = 0;
+                        }
+                        C[i].stage_cases++;
+                        C[i].nan_only += nan_only;
+                        C[i].norm_rot_nan_only += nan_only;
+                        if (!same && C[i].fails++ < 20)
+                            printf("MISMATCH %s: norm_rot %s to %s n=%lld%s%s%s (inv %g)\n", C[i].name,
+                                   NAMES[dtype], NAMES[otype], (long long)n, weighted ? " weighted" : " no weights",
+                                   inverse ? " inverse" : "", in_place ? " in place" : "", inv);
+                    }
+            }
     }
 }
 
@@ -1161,9 +1165,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_contenders; i++) {
         const char *vs = C[i].ref == -1 ? "scalar" : C[i].ref == -2 ? "scalar (exact)" : C[C[i].ref].name;
         printf("%-16s %7ld rotation, %4ld pass, %6ld stage and %5ld quantiser checks of its own kernels "
-               "against %s: %ld mismatching; %ld differing only in a NaN's bits (%ld of them stage checks)\n",
+               "against %s: %ld mismatching; %ld differing only in a NaN's bits (%ld of them stage checks, %ld "
+               "norm_rot ones)\n",
                C[i].name, C[i].cases, C[i].pass_cases, C[i].stage_cases, C[i].quant_cases, vs, C[i].fails,
-               C[i].nan_only, C[i].stage_nan_only);
+               C[i].nan_only, C[i].stage_nan_only, C[i].norm_rot_nan_only);
         failed |= C[i].fails != 0;
     }
     if (n_guard_fail)

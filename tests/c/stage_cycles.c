@@ -102,7 +102,7 @@ static void call(const contender *c, int64_t n)
         k->narrow_float[c->type](g_row, n, g_q);
         break;
     case NORM_ROT:
-        k->norm_rot[c->type](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
+        k->norm_rot[c->type][c->type](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
         break;
     case QUANT:
         k->quantise[c->type]((const float *)g_row, n, g_q, &scale);
@@ -135,7 +135,7 @@ int main(int argc, char **argv)
             for (int t = quant ? 1 : 0; t < (quant ? ROPE_N_QUANTS : ROPE_N_DTYPES); t++)
                 if (nc < MAX_CONTENDERS &&
                     !((kind == COMPOSED || kind == NORM_ROT) && ROPE_WIDE_ROWS[t]) &&
-                    !(kind == NORM_ROT && !rope_isa_kernels(isa)->norm_rot[t]))
+                    !(kind == NORM_ROT && !rope_isa_kernels(isa)->norm_rot[t][t]))
                     cs[nc++] = (contender){isa, kind, t, {0}};
         }
     }

@@ -277,23 +277,25 @@ ROPE_AVX2_NORM8(bf16, uint16_t, ld8d_bf16)
         }                                                                            \
     }
 
-#define ROPE_AVX2_NORM_ROT(sfx, T, ST8, ST16)                                        \
-    ROPE_AVX2 void rope_norm_rot_##sfx##_avx2(const void *xv, int64_t head_dim, double inv, \
-                                              const double *w, const float *cos,    \
-                                              const float *sin, int inverse, void *outv) \
+/* x of storage type TI (its norm8_<IN>) into out of storage type TO (its
+ * ST8, ST16): rope_norm_rot_<IN>_<OUT>_avx2. */
+#define ROPE_AVX2_NORM_ROT(IN, TI, OUT, TO, ST8, ST16)                                \
+    ROPE_AVX2 void rope_norm_rot_##IN##_##OUT##_avx2(const void *xv, int64_t head_dim, double inv, \
+                                                     const double *w, const float *cos, \
+                                                     const float *sin, int inverse, void *outv) \
     {                                                                                \
-        const T *x = (const T *)xv;                                                  \
-        T *out = (T *)outv;                                                          \
+        const TI *x = (const TI *)xv;                                                \
+        TO *out = (TO *)outv;                                                        \
         const int64_t half = head_dim / 2;                                           \
         const __m256d vi = _mm256_set1_pd(inv);                                      \
         if (w && !inverse)                                                           \
-            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 1, _mm256_fmsub_ps, _mm256_fmadd_ps) \
+            NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 1, _mm256_fmsub_ps, _mm256_fmadd_ps) \
         else if (w)                                                                  \
-            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 1, _mm256_fmadd_ps, _mm256_fmsub_ps) \
+            NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 1, _mm256_fmadd_ps, _mm256_fmsub_ps) \
         else if (!inverse)                                                           \
-            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 0, _mm256_fmsub_ps, _mm256_fmadd_ps) \
+            NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 0, _mm256_fmsub_ps, _mm256_fmadd_ps) \
         else                                                                         \
-            NORM_ROT_LOOP(norm8_##sfx, ST8, ST16, 0, _mm256_fmadd_ps, _mm256_fmsub_ps) \
+            NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 0, _mm256_fmadd_ps, _mm256_fmsub_ps) \
     }
 
 ROPE_AVX2 static inline void st8_f32v(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
@@ -313,9 +315,14 @@ ROPE_AVX2 static inline void st16_bf16v(uint16_t *p, __m256 a, __m256 b)
 {
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8));
 }
-ROPE_AVX2_NORM_ROT(f32, float, st8_f32v, st16_f32v)
-ROPE_AVX2_NORM_ROT(f16, uint16_t, st8_f16, st16_f16v)
-ROPE_AVX2_NORM_ROT(bf16, uint16_t, st8_bf16, st16_bf16v)
+/* every pair of the float arithmetic types */
+#define ROPE_AVX2_NORM_ROT_TO(IN, TI)                                                \
+    ROPE_AVX2_NORM_ROT(IN, TI, f32, float, st8_f32v, st16_f32v)                      \
+    ROPE_AVX2_NORM_ROT(IN, TI, f16, uint16_t, st8_f16, st16_f16v)                    \
+    ROPE_AVX2_NORM_ROT(IN, TI, bf16, uint16_t, st8_bf16, st16_bf16v)
+ROPE_AVX2_NORM_ROT_TO(f32, float)
+ROPE_AVX2_NORM_ROT_TO(f16, uint16_t)
+ROPE_AVX2_NORM_ROT_TO(bf16, uint16_t)
 
 /* ---- conversions ----------------------------------------------------------------- */
 
