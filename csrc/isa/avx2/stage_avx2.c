@@ -14,7 +14,11 @@
  *   narrow     float32 to float16 through F16C (the rounding of convert.h),
  *              to bfloat16 by the integer rounding of convert.h, to float64
  *              exactly; double to float32 by vcvtpd2ps; float32 to float32
- *              and double to float64 a copy.
+ *              and double to float64 a copy;
+ *   norm_rot   normalise, the split-half rotation of rotate_avx2.h's
+ *              16-pair step and narrow, per 16 pairs in registers, from
+ *              and to float32, float16 and bfloat16: the same operations
+ *              in the same order as the three kernels in turn.
  * Where both operands of an add or a multiply are NaN, IEEE leaves open
  * which one the result carries; x86 takes the first operand's, so the
  * operands come in the order the scalar kernels compile to with gcc (the
@@ -32,8 +36,9 @@
  * from 0.84/0.96 to 0.73/0.85 cycles per element). The float16 squares are
  * taken in float, exactly (11 significant bits square to at most 22,
  * between 2^-48 and 2^32: the same double as squaring in double for all
- * 65536 float16 values, NaNs and infinities included), then widened: one multiply per 8, not two
- * (sums of squares of heads of 128: 0.69 -> 0.59 cycles per element). */
+ * 65536 float16 values, NaNs and infinities included), then widened: one
+ * multiply per 8, not two (sums of squares of heads of 128: 0.69 -> 0.59
+ * cycles per element). */
 #include <string.h>
 
 #include "rotate_avx2.h"
@@ -132,7 +137,6 @@ ROPE_AVX2 static inline void sq8_f16(const void *p, __m256d *lo, __m256d *hi)
     split8d(_mm256_mul_ps(v, v), lo, hi);
 }
 
-/* 8-element steps (SQ8), then the last n mod 8 elements. */
 /* 8-element steps (SQ8), then the last n mod 8 elements in a function of
  * their own: its stack copy would otherwise give every call a stack frame
  * (a head of 128 has no such elements). */
@@ -309,8 +313,9 @@ ROPE_AVX2 static inline void st16_f16v(uint16_t *p, __m256 a, __m256 b)
     st8_f16(p, a);
     st8_f16(p + 8, b);
 }
-/* both vectors rounded (convert.h), packed to 16 bits in one instruction,
- * the 64-bit blocks back in order (as rope_narrow_float_bf16_avx2) */
+/* 16 floats to bfloat16: both vectors rounded (convert.h), packed to 16
+ * bits in one instruction (the values fit: no saturation), the 64-bit
+ * blocks back in order. */
 ROPE_AVX2 static inline void st16_bf16v(uint16_t *p, __m256 a, __m256 b)
 {
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8));
@@ -372,18 +377,14 @@ ROPE_AVX2_CONVERT(static, narrow8_bf16, float, uint16_t, NARROW8_BF16)
 ROPE_AVX2_CONVERT(, rope_narrow_float_f64_avx2, float, double, NARROW8_F64)
 ROPE_AVX2_COPY(rope_narrow_float_f32_avx2, float)
 
-/* float32 to bfloat16, 16 per step: both vectors rounded (convert.h), packed
- * to 16 bits in one instruction (the values fit: no saturation), the 64-bit
- * blocks back in order; then 8 at a time. */
+/* float32 to bfloat16, 16 per step (st16_bf16v), then 8 at a time. */
 ROPE_AVX2 void rope_narrow_float_bf16_avx2(const void *inv_, int64_t n, void *outv)
 {
     const float *in = (const float *)inv_;
     uint16_t *out = (uint16_t *)outv;
     const int64_t n16 = n & ~(int64_t)15;
-    for (int64_t i = 0; i < n16; i += 16) {
-        const __m256i r0 = bf16_round(_mm256_loadu_ps(in + i)), r1 = bf16_round(_mm256_loadu_ps(in + i + 8));
-        _mm256_storeu_si256((__m256i *)(out + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xD8));
-    }
+    for (int64_t i = 0; i < n16; i += 16)
+        st16_bf16v(out + i, _mm256_loadu_ps(in + i), _mm256_loadu_ps(in + i + 8));
     narrow8_bf16(in + n16, n - n16, out + n16);
 }
 
