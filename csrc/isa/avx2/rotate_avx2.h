@@ -124,8 +124,8 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         LD16(x + i, &x0a, &x0b);                                                     \
         LD16(x + i + half, &x1a, &x1b);                                              \
         if (sizeof(T) == 4 || i % 32 == 0) { /* once per 64-byte line */             \
-            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
+            ROPE_PREFETCH(x + i, ahead);                                     \
+            ROPE_PREFETCH(x + i + half, ahead);                              \
         }                                                                            \
         ST16(y + i, FM0(x0a, ca, _mm256_mul_ps(x1a, sa)), FM0(x0b, cb, _mm256_mul_ps(x1b, sb))); \
         ST16(y + i + half, FM1(x1a, ca, _mm256_mul_ps(x0a, sa)),                     \
@@ -210,6 +210,7 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
                         int64_t half, int inverse)                                   \
     {                                                                                \
         const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
+        const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(T));                  \
         const int64_t p = PEEL ? rope_peel_pairs(xv, x_sh, sizeof(T), half) : 0;  \
         const int64_t n16 = (half - p) & ~(int64_t)15;                               \
         if (p == 0 && half == 64) { /* head_dim 128, the common case */              \
@@ -242,10 +243,10 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
         __m256 xb = LD8(x + (H) * x_sh + 2 * i + 8);                                 \
         ROPE_IN_REGISTER(xa); /* one load each: not one per use */                   \
         ROPE_IN_REGISTER(xb);                                                        \
-        /* the same lanes 4 heads on, once per 64-byte line: the 4 heads'        \
+        /* the same lanes 4 KiB on, once per 64-byte line: the 4 heads'         \
          * streams otherwise outrun the hardware prefetcher */                       \
         if (sizeof *x == 4 || i % 16 == 0)                                           \
-            ROPE_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh);                    \
+            ROPE_PREFETCH(x + (H) * x_sh + 2 * i, ahead);                    \
         ST8(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_ps(_mm256_permute_ps(xa, 0xB1), sa))); \
         ST8(y + (H) * y_sh + 2 * i + 8, FMAS(xb, cb, _mm256_mul_ps(_mm256_permute_ps(xb, 0xB1), sb))); \
     } while (0)
@@ -286,6 +287,7 @@ static inline int64_t rope_peel_pairs(const void *x, int64_t x_sh, int64_t esize
                         int64_t half, int inverse)                                   \
     {                                                                                \
         const float *cos = (const float *)cosv, *sin = (const float *)sinv;          \
+        const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(T));                  \
         const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);                \
         const __m256i hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);                \
         const int64_t n8 = half & ~(int64_t)7; /* pairs in 8-pair steps */           \

@@ -49,9 +49,9 @@ ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd
         __m256 x0e, x0o, x1e, x1o;                                                   \
         bf16_widen_eo(x + i, &x0e, &x0o);                                            \
         bf16_widen_eo(x + i + half, &x1e, &x1o);                                     \
-        if ((i - i0) % 32 == 0) { /* once per 64-byte line, 4 heads on */            \
-            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
+        if ((i - i0) % 32 == 0) { /* once per 64-byte line, 4 KiB on */             \
+            ROPE_PREFETCH(x + i, ahead);                                     \
+            ROPE_PREFETCH(x + i + half, ahead);                              \
         }                                                                            \
         const __m256 ce = _mm256_loadu_ps(cp + i - i0), co = _mm256_loadu_ps(cp + i - i0 + 8); \
         const __m256 se = _mm256_loadu_ps(sp + i - i0), so = _mm256_loadu_ps(sp + i - i0 + 8); \
@@ -79,6 +79,7 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
                                      int64_t half, int inverse)
 {
     const float *cos = (const float *)cosv, *sin = (const float *)sinv;
+    const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(uint16_t));
     float cp[IL_CHUNK], sp[IL_CHUNK];
     for (int64_t i0 = 0; i0 < half; i0 += IL_CHUNK) {
         const int64_t n = half - i0 < IL_CHUNK ? half - i0 : IL_CHUNK;
@@ -109,8 +110,8 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
         for (int64_t i = 0; i < n8; i += 8) {                                        \
             __m256 x0, x1;                                                           \
             bf16_widen_eo(x + 2 * i, &x0, &x1);                                      \
-            if (i % 16 == 0) /* once per 64-byte line, 4 heads on */                 \
-                ROPE_PREFETCH(x + 2 * i, 4 * x_sh);                             \
+            if (i % 16 == 0) /* once per 64-byte line, 4 KiB on */                  \
+                ROPE_PREFETCH(x + 2 * i, ahead);                             \
             const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i); \
             bf16_narrow_eo(y + 2 * i, FM0(x0, c, _mm256_mul_ps(x1, s)),              \
                            FM1(x1, c, _mm256_mul_ps(x0, s)));                        \
@@ -122,6 +123,7 @@ ROPE_AVX2 void rope_rot_il_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
                                      int64_t half, int inverse)
 {
     const float *cos = (const float *)cosv, *sin = (const float *)sinv;
+    const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(uint16_t));
     const int64_t n8 = half & ~(int64_t)7;
     if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
         BF16_IL_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)

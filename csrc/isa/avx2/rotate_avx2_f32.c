@@ -89,6 +89,7 @@ ROPE_AVX2 static void il_f32_flat(const float *xv, float *yv, int64_t n_heads, c
 {
     const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
     const int64_t x_sh = 128, y_sh = 128; /* heads back to back */
+    const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(float));
     float wc[8], ws[8]; /* step 7's entries: the head's last 8 - p, then its first p */
     for (int m = 0; m < 8; m++) {
         wc[m] = cos[(p + 56 + m) % 64];

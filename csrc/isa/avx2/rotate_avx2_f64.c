@@ -6,7 +6,7 @@
 #ifdef ROPE_HAVE_X86
 
 /* Split half: 4 pairs per step, two steps per 64-byte line of each half
- * (prefetched 4 heads on); the inverse swaps fmsub and fmadd (see
+ * (prefetched 4 KiB on); the inverse swaps fmsub and fmadd (see
  * SPLIT_STEP16 in rotate_avx2.h). */
 #define SH64_STEP(I, FM0, FM1)                                                       \
     do {                                                                             \
@@ -22,8 +22,8 @@
         double *y = (double *)yv + h * y_sh;                                         \
         int64_t i = 0;                                                               \
         for (; i + 8 <= half; i += 8) {                                              \
-            ROPE_PREFETCH(x + i, 4 * x_sh);                                     \
-            ROPE_PREFETCH(x + i + half, 4 * x_sh);                              \
+            ROPE_PREFETCH(x + i, ahead);                                     \
+            ROPE_PREFETCH(x + i + half, ahead);                              \
             SH64_STEP(i, FM0, FM1);                                                  \
             SH64_STEP(i + 4, FM0, FM1);                                              \
         }                                                                            \
@@ -40,6 +40,7 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
                                     int64_t half, int inverse)
 {
     const double *cos = (const double *)cosv, *sin = (const double *)sinv;
+    const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(double));
     if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
         SH64_HEADS(_mm256_fmsub_pd, _mm256_fmadd_pd)
     else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s */
@@ -56,7 +57,7 @@ ROPE_AVX2 void rope_rot_sh_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
         __m256d xb = _mm256_loadu_pd(x + (H) * x_sh + 2 * i + 4);                    \
         ROPE_IN_REGISTER(xa);                                                        \
         ROPE_IN_REGISTER(xb);                                                        \
-        ROPE_PREFETCH(x + (H) * x_sh + 2 * i, 4 * x_sh); /* its 64-byte line */  \
+        ROPE_PREFETCH(x + (H) * x_sh + 2 * i, ahead); /* its 64-byte line */  \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i, FMAS(xa, ca, _mm256_mul_pd(_mm256_permute_pd(xa, 0x5), sa))); \
         _mm256_storeu_pd(y + (H) * y_sh + 2 * i + 4,                                 \
                          FMAS(xb, cb, _mm256_mul_pd(_mm256_permute_pd(xb, 0x5), sb))); \
@@ -93,6 +94,7 @@ ROPE_AVX2 void rope_rot_il_f64_avx2(const void *xv, void *yv, int64_t x_sh, int6
                                     int64_t half, int inverse)
 {
     const double *cos = (const double *)cosv, *sin = (const double *)sinv;
+    const int64_t ahead = rope_prefetch_ahead(x_sh, sizeof(double));
     const int64_t n4 = half & ~(int64_t)3; /* pairs in 4-pair steps */
     if (!inverse)
         IL64_HEADS(_mm256_fmaddsub_pd)
