@@ -42,10 +42,22 @@
  * 0.41 / 0.45 at 4, 0.47 / 0.56 at 16; float32 0.90-1.10 at 4 to 16
  * heads alike. */
 #define ROPE_PREFETCH_BYTES 4096
+/* heads * x_sh, the offset of the same lanes `heads` heads on; 0 (the
+ * current line) where the stride is beyond what any array spans, so that
+ * neither this product nor ROPE_PREFETCH's, in bytes, can overflow (a call
+ * with one head may give any stride: it is never used to address). */
+static inline int64_t rope_prefetch_heads(int64_t x_sh, int64_t heads)
+{
+    const uint64_t mag = x_sh < 0 ? 0 - (uint64_t)x_sh : (uint64_t)x_sh;
+    return heads <= 0 || mag > (uint64_t)INT64_MAX / 8 / (uint64_t)heads ? 0 : heads * x_sh;
+}
 static inline int64_t rope_prefetch_ahead(int64_t x_sh, int64_t esize)
 {
-    const int64_t head = (x_sh < 0 ? -x_sh : x_sh) * esize;
-    return (head == 0 || head >= ROPE_PREFETCH_BYTES ? 1 : ROPE_PREFETCH_BYTES / head) * x_sh;
+    const uint64_t mag = x_sh < 0 ? 0 - (uint64_t)x_sh : (uint64_t)x_sh;
+    if (mag == 0 || mag >= ROPE_PREFETCH_BYTES)
+        return rope_prefetch_heads(x_sh, 1);
+    const uint64_t head = mag * (uint64_t)esize;
+    return rope_prefetch_heads(x_sh, head >= ROPE_PREFETCH_BYTES ? 1 : (int64_t)(ROPE_PREFETCH_BYTES / head));
 }
 
 /* Rotate n_heads head vectors of one token, all at the same angles: pairs

@@ -200,8 +200,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             V bn = _mm512_maskz_loadu_##P(more ? mt : 0, xn + off1);                 \
             ROPE_IN_ZMM(an);                                                         \
             ROPE_IN_ZMM(bn);                                                         \
-            ROPE_PREFETCH(x, 4 * x_sh);                                       \
-            ROPE_PREFETCH(x + off1, 4 * x_sh);                                \
+            ROPE_PREFETCH(x, rope_prefetch_heads(x_sh, 4));                                       \
+            ROPE_PREFETCH(x + off1, rope_prefetch_heads(x_sh, 4));                                \
             ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, a, b, c[0], s[0], 0, mt);           \
             a = an;                                                                  \
             b = bn;                                                                  \
@@ -215,8 +215,8 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
                 V a = _mm512_loadu_##P(x + L * v), b = _mm512_loadu_##P(x + off1 + L * v); \
                 ROPE_IN_ZMM(a);                                                      \
                 ROPE_IN_ZMM(b);                                                      \
-                ROPE_PREFETCH(x + L * v, 4 * x_sh);                           \
-                ROPE_PREFETCH(x + off1 + L * v, 4 * x_sh);                    \
+                ROPE_PREFETCH(x + L * v, rope_prefetch_heads(x_sh, 4));                           \
+                ROPE_PREFETCH(x + off1 + L * v, rope_prefetch_heads(x_sh, 4));                    \
                 ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, a, b, c[v], s[v], L * v, (M)-1); \
             }                                                                        \
             ROPE_AVX512_SH_STEP_(V, P, FM0, FM1, at, bt, c[NV - 1], s[NV - 1], last, (M)-1); \
@@ -395,7 +395,7 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             const int more = h + 1 < n_heads; /* no lane: no access */               \
             V an = _mm512_maskz_loadu_##P(more ? mt : 0, more ? x + x_sh : x);       \
             ROPE_IN_ZMM(an);                                                         \
-            ROPE_PREFETCH(x, 4 * x_sh);                                       \
+            ROPE_PREFETCH(x, rope_prefetch_heads(x_sh, 4));                                       \
             ROPE_AVX512_IL_STEP1_(P, FM, SWAP, a, C[0], S[0], 0, mt);                \
             a = an;                                                                  \
         }                                                                            \
@@ -406,7 +406,7 @@ static inline __mmask8 rope_avx512_lanes8(int64_t n)
             ROPE_AVX512_UNROLL for (int v = 0; v < NV - 1; v++) {                    \
                 V a = _mm512_loadu_##P(x + L * v);                                   \
                 ROPE_IN_ZMM(a);                                                      \
-                ROPE_PREFETCH(x + L * v, 4 * x_sh);                           \
+                ROPE_PREFETCH(x + L * v, rope_prefetch_heads(x_sh, 4));                           \
                 ROPE_AVX512_IL_STEP1_(P, FM, SWAP, a, C[v], S[v], L * v, (M)-1);     \
             }                                                                        \
             ROPE_AVX512_IL_STEP1_(P, FM, SWAP, at, C[NV - 1], S[NV - 1], 2 * last, (M)-1); \
