@@ -54,10 +54,9 @@ static inline int64_t rope_prefetch_heads(int64_t x_sh, int64_t heads)
 static inline int64_t rope_prefetch_ahead(int64_t x_sh, int64_t esize)
 {
     const uint64_t mag = x_sh < 0 ? 0 - (uint64_t)x_sh : (uint64_t)x_sh;
-    if (mag == 0 || mag >= ROPE_PREFETCH_BYTES)
-        return rope_prefetch_heads(x_sh, 1);
-    const uint64_t head = mag * (uint64_t)esize;
-    return rope_prefetch_heads(x_sh, head >= ROPE_PREFETCH_BYTES ? 1 : (int64_t)(ROPE_PREFETCH_BYTES / head));
+    /* a head's bytes, capped before the product could overflow */
+    const uint64_t head = mag < ROPE_PREFETCH_BYTES ? mag * (uint64_t)esize : ROPE_PREFETCH_BYTES;
+    return rope_prefetch_heads(x_sh, head == 0 || head >= ROPE_PREFETCH_BYTES ? 1 : (int64_t)(ROPE_PREFETCH_BYTES / head));
 }
 
 /* Rotate n_heads head vectors of one token, all at the same angles: pairs
