@@ -268,13 +268,28 @@ typedef struct {
     int64_t half, elem;
     atomic_int *missed, *slot_missed;
     const rope_quant *q;
+    int dup_rows;   /* some tensor's norm_rot is interleaved: each token's row duplicated for it */
 } job;
+
+/* A tensor's one-pass norm path (kernels.h), NULL where its heads compose
+ * the three kernels: a norm, rotating the whole head (head_dim a multiple
+ * of 16), stored unquantised. */
+static rope_norm_rot_fn norm_rot_of(const rope_kernels *kern, const rope_op *op, const rope_stage *st,
+                                    const rope_quant *q)
+{
+    if (st->norm == ROPE_NORM_NONE || q->in_place || q->kind != ROPE_QUANT_NONE || st->copy ||
+        op->rotary_dim != op->head_dim || op->head_dim % 16 != 0)
+        return NULL;
+    return kern->norm_rot[op->dtype][st->out_dtype][op->layout];
+}
 
 /* One tensor's heads of one token through its stage and quant: from xv
  * (in place: ov itself) to ov (elements of oelem bytes, out_geometry's), an
- * int8 quant's scales at sv. */
+ * int8 quant's scales at sv; dc/ds the token's row duplicated (j->dup_rows)
+ * or NULL. */
 static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st, const rope_quant *q,
-                        int64_t oelem, const char *xv, char *ov, float *sv, const void *c, const void *sn, void *row)
+                        int64_t oelem, const char *xv, char *ov, float *sv, const void *c, const void *sn,
+                        const float *dc, const float *ds, void *row)
 {
     const rope_op *op = j->op;
     const rope_kernels *kern = j->kern;
@@ -314,13 +329,11 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
     const rope_rot_fn rot = kern->rot[wide ? ROPE_F64 : ROPE_F32][op->layout];
     const rope_convert_fn narrow = wide ? kern->narrow_double[out_dtype] : kern->narrow_float[out_dtype];
     const rope_quantise_fn quantise = kern->quantise[q->kind];
-    /* the norm path in one pass where the instruction set has it: a norm,
-     * a split-half rotation of the whole head, stored unquantised */
-    const rope_norm_rot_fn norm_rot =
-        st->norm != ROPE_NORM_NONE && !q->in_place && !quantised && !st->copy &&
-                op->layout == ROPE_SPLIT_HALF && op->rotary_dim == head_dim && head_dim % 16 == 0
-            ? kern->norm_rot[op->dtype][out_dtype]
-            : NULL;
+    /* the norm path in one pass where the instruction set has it, against
+     * the row as its layout takes it */
+    const rope_norm_rot_fn norm_rot = norm_rot_of(kern, op, st, q);
+    const float *nc = op->layout == ROPE_INTERLEAVED ? dc : (const float *)c;
+    const float *ns = op->layout == ROPE_INTERLEAVED ? ds : (const float *)sn;
     double inv = 1.0;
     if (st->norm == ROPE_NORM_TOKEN) {
         double acc[8] = {0};
@@ -360,7 +373,7 @@ static void stage_token(const job *j, const rope_tensor *t, const rope_stage *st
             if (w && st->norm == ROPE_NORM_TOKEN)
                 w += h * head_dim;
             if (norm_rot) {
-                norm_rot(xh, head_dim, inv, w, (const float *)c, (const float *)sn, inverse, oh);
+                norm_rot(xh, head_dim, inv, w, nc, ns, inverse, oh);
                 continue;
             }
             kern->normalise[op->dtype](xh, head_dim, inv, w, row);
@@ -387,6 +400,7 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
     const int64_t half = j->half, elem = j->elem, n_seq = j->op->n_seq;
     double scratch[ROPE_ROW_SCRATCH];
     _Alignas(64) double row[ROPE_MAX_STAGE_DIM];
+    _Alignas(64) float dup[2][ROPE_MAX_STAGE_DIM];   /* j->dup_rows: cos, sin */
     int64_t oelem[MAX_STAGED_TENSORS];   /* each out's element bytes, once per range */
     for (int k = 0; k < j->n_tensors; k++) {
         int64_t per_head;
@@ -403,6 +417,8 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
             atomic_store_explicit(j->missed, 1, memory_order_relaxed);
             continue;
         }
+        if (j->dup_rows)
+            j->kern->duplicate_row((const float *)c, (const float *)sn, half, dup[0], dup[1]);
         for (int k = 0; k < j->n_tensors; k++) {
             const rope_tensor *t = &j->t[k];
             const rope_stage *st = &j->st[k];
@@ -428,7 +444,8 @@ static void staged_range(void *ctx, int64_t begin, int64_t end)
             const char *xv = q->in_place ? ov : (const char *)t->x + (b * t->x_strides[0] + s * t->x_strides[1]) * elem;
             float *sv = q->kind == ROPE_QUANT_INT8 ? q->scales + a0 * q->scale_strides[0] + a1 * q->scale_strides[1]
                                                    : NULL;
-            stage_token(j, t, st, q, oelem[k], xv, ov, sv, c, sn, row);
+            stage_token(j, t, st, q, oelem[k], xv, ov, sv, c, sn, j->dup_rows ? dup[0] : NULL,
+                        j->dup_rows ? dup[1] : NULL, row);
         }
     }
 }
@@ -498,8 +515,11 @@ int rope_rotate_quantised(const rope_op *given_op, const rope_tensor *given_t, c
 
     const rope_kernels *kern = rope_active_kernels();
     atomic_int missed = 0, slot_missed = 0;
+    int dup_rows = 0;
+    for (int k = 0; k < n_tensors; k++)
+        dup_rows |= op->layout == ROPE_INTERLEAVED && t[k].n_heads > 0 && norm_rot_of(kern, op, &st[k], &q[k]);
     const job j = {op, t, st, n_tensors, &a, kern, {kern->table_f32, kern->table_f64, wide}, half,
-                   ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed, q};
+                   ROPE_ELEM_SIZE[op->dtype], &missed, &slot_missed, q, dup_rows};
     int64_t per_token = 0; /* bytes read and written per token, saturating */
     for (int k = 0; k < n_tensors; k++) {
         int64_t bytes, oelem, per_head;

@@ -95,15 +95,22 @@ typedef void (*rope_sumsq_fn)(const void *x, int64_t n, double acc[8]);
 typedef void (*rope_normalise_fn)(const void *x, int64_t n, double inv, const double *w, void *out);
 typedef void (*rope_convert_fn)(const void *in, int64_t n, void *out);
 /* The norm path of one head in one pass: normalise into float, the
- * split-half rotation of that row over the whole head (rot[ROPE_F32]
- * [ROPE_SPLIT_HALF], one head, half = head_dim / 2, cos/sin its entries)
- * and narrow_float to the output's storage type: the same bits as the three
- * in turn, without the row's trips through memory and two of the calls. x
- * and out may be the same array (same types); head_dim is a multiple of
- * 16. NULL where an instruction set has none (the caller composes the
- * three). */
+ * rotation of that row over the whole head (rot[ROPE_F32][layout], one
+ * head, half = head_dim / 2) and narrow_float to the output's storage
+ * type: the same bits as the three in turn, without the row's trips
+ * through memory and two of the calls. Split half: cos/sin are the row's
+ * half entries. Interleaved: head_dim entries each, every entry twice
+ * (cos[2i] = cos[2i + 1] = the cosine of pair i, the same for sin), which
+ * the caller builds once for all the heads of a token. x and out may be
+ * the same array (same types); head_dim is a multiple of 16. NULL where an
+ * instruction set has none (the caller composes the three). */
 typedef void (*rope_norm_rot_fn)(const void *x, int64_t head_dim, double inv, const double *w,
                                  const float *cos, const float *sin, int inverse, void *out);
+/* A token's float row as the interleaved norm_rot takes it: cos[0..half)
+ * and sin[0..half), every entry twice, into dup_cos[0..2 half) and
+ * dup_sin (bits kept). */
+typedef void (*rope_duplicate_fn)(const float *cos, const float *sin, int64_t half, float *dup_cos,
+                                  float *dup_sin);
 
 /* The quantisers of rope_rotate_quantised (scalar/quant.c is their
  * specification, pyrope.h's rope_quant their formulas), one per ROPE_QUANT_*
@@ -130,7 +137,8 @@ typedef struct {
     rope_convert_fn widen[ROPE_N_DTYPES];
     rope_convert_fn narrow_float[ROPE_N_DTYPES];
     rope_convert_fn narrow_double[ROPE_N_DTYPES];  /* NULL where not offered */
-    rope_norm_rot_fn norm_rot[ROPE_N_DTYPES][ROPE_N_DTYPES]; /* [x][out], float types; NULL: none */
+    rope_norm_rot_fn norm_rot[ROPE_N_DTYPES][ROPE_N_DTYPES][2]; /* [x][out][layout], float types; NULL: none */
+    rope_duplicate_fn duplicate_row;
     rope_quantise_fn quantise[ROPE_N_QUANTS];
     rope_dequantise_fn dequantise[ROPE_N_QUANTS];
 } rope_kernels;

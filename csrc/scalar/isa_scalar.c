@@ -30,6 +30,7 @@ const rope_kernels rope_scalar_kernels = {
     .widen = {ROPE_STORAGE_TYPES(ROPE_SCALAR_WIDEN_)},
     .narrow_float = {ROPE_STORAGE_TYPES(ROPE_SCALAR_NARROW_)},
     .narrow_double = {[ROPE_F32] = rope_narrow_double_f32_scalar, [ROPE_F64] = rope_narrow_double_f64_scalar},
+    .duplicate_row = rope_duplicate_row_scalar,
     .quantise = {[ROPE_QUANT_INT8] = rope_quantise_int8_scalar, [ROPE_QUANT_FP8_E4M3] = rope_quantise_fp8_scalar,
                  [ROPE_QUANT_Q8_0] = rope_quantise_q8_0_scalar},
     .dequantise = {[ROPE_QUANT_INT8] = rope_dequantise_int8_scalar,

@@ -22,6 +22,7 @@ ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_ROT_)
     void rope_narrow_float_##sfx##_scalar(const void *in, int64_t n, void *out);
 ROPE_STORAGE_TYPES(ROPE_DECLARE_SCALAR_STAGE_)
 void rope_narrow_double_f32_scalar(const void *in, int64_t n, void *out);
+void rope_duplicate_row_scalar(const float *cos, const float *sin, int64_t half, float *dup_cos, float *dup_sin);
 void rope_narrow_double_f64_scalar(const void *in, int64_t n, void *out);
 /* The quantisers (quant.c), per ROPE_QUANT_* kind. */
 #define ROPE_DECLARE_SCALAR_QUANT_(kind)                                        \

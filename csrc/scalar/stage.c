@@ -48,6 +48,15 @@
 ROPE_STORAGE_TYPES(ROPE_SCALAR_STAGE_)
 #undef ROPE_SCALAR_STAGE_
 
+/* The row of the interleaved norm_rot (kernels.h): every entry twice. */
+void rope_duplicate_row_scalar(const float *cos, const float *sin, int64_t half, float *dup_cos, float *dup_sin)
+{
+    for (int64_t i = 0; i < half; i++) {
+        dup_cos[2 * i] = dup_cos[2 * i + 1] = cos[i];
+        dup_sin[2 * i] = dup_sin[2 * i + 1] = sin[i];
+    }
+}
+
 /* double to float32 (rounded once, to nearest even) and to float64 (a copy). */
 void rope_narrow_double_f32_scalar(const void *inv_, int64_t n, void *outv)
 {

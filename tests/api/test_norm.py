@@ -64,8 +64,11 @@ def assert_close(got, want, mag, dtype):
 @pytest.mark.parametrize("layout", ["split_half", "interleaved"])
 @pytest.mark.parametrize("over", ["head", "token"])
 @pytest.mark.parametrize("weighted", ["none", "weight", "unit_offset"])
-def test_apply_with_norm_against_float64(dtype, layout, over, weighted):
-    head_dim, rotary_dim, heads, seq = 48, 32, 3, 9   # a tail past rotary_dim: normalised, not rotated
+# a tail past rotary_dim (normalised, not rotated); the whole head rotated, a
+# multiple of 16 (the one-pass kernels where the instruction set has them)
+@pytest.mark.parametrize("head_dim, rotary_dim", [(48, 32), (64, 64)])
+def test_apply_with_norm_against_float64(dtype, layout, over, weighted, head_dim, rotary_dim):
+    heads, seq = 3, 9
     rope = Rope(head_dim, layout=layout, rotary_dim=rotary_dim, base=500.0)
     x = rand((2, seq, heads, head_dim), dtype)
     size = head_dim * (heads if over == "token" else 1)

@@ -66,6 +66,7 @@
 
 #define NAME_(code, sfx, T, A, name) [code] = name,
 static const char *const NAMES[ROPE_N_DTYPES] = {ROPE_STORAGE_TYPES(NAME_)};
+static const char *const LAYOUTS[2] = {[ROPE_INTERLEAVED] = "interleaved", [ROPE_SPLIT_HALF] = "split-half"};
 #undef NAME_
 
 /* Any storage type of the list: value v rounded to it as the scalar kernels
@@ -362,7 +363,7 @@ static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n
         if ((!guards_ok(0, x_off, nx * es) || !guards_ok(1, y_off, ny * es)) && n_guard_fail++ < 20)
             printf("GUARD BYTES WRITTEN by the %s kernel: %s %s half=%lld heads=%lld x_off=%lld "
                    "y_off=%lld %s\n",
-                   run_name[r], NAMES[dtype], layout ? "split-half" : "interleaved",
+                   run_name[r], NAMES[dtype], LAYOUTS[layout],
                    (long long)half, (long long)n_heads, (long long)x_off, (long long)y_off,
                    in_place ? "in place" : "out of place");
         memcpy(out[r][0], x, (size_t)(nx * es));
@@ -397,7 +398,7 @@ static void one_case(int dtype, int layout, int inverse, int64_t half, int64_t n
         if (fail && C[i].fails++ < 20)
             printf("MISMATCH %s: %s %s%s half=%lld heads=%lld x_sh=%lld y_sh=%lld x_off=%lld "
                    "y_off=%lld %s\n",
-                   C[i].name, NAMES[dtype], layout ? "split-half" : "interleaved",
+                   C[i].name, NAMES[dtype], LAYOUTS[layout],
                    inverse ? " inverse" : "", (long long)half, (long long)n_heads, (long long)x_sh,
                    (long long)y_sh, (long long)x_off, (long long)y_off,
                    in_place ? "in place" : "out of place");
@@ -708,9 +709,50 @@ static float table_entry(int is_sin, double angle)
     return (float)(is_sin ? sin(angle) : cos(angle));
 }
 
+/* Every contender's own duplicate_row (the interleaved norm_rot's row)
+ * against its definition, bit for bit: half 0 to 80 and a few longer, the
+ * rows at any float offset within 64 bytes, nothing written past 2 half. */
+static void check_duplicate_row(void)
+{
+    enum { MAXH = 2048, PAD = 16 };
+    static float in[2][MAXH + PAD], out[2][2 * MAXH + 2 * PAD];
+    for (int i = 0; i < n_contenders; i++) {
+        const rope_duplicate_fn f = C[i].kernels ? C[i].kernels->duplicate_row : NULL;
+        int seen = !f;
+        for (int j = 0; j < i; j++)
+            seen |= C[j].kernels && C[j].kernels->duplicate_row == f;
+        if (seen)
+            continue;
+        for (int64_t half = 0; half <= MAXH; half = half < 80 ? half + 1 : half * 2) {
+            const int64_t xo = (int64_t)(next() % PAD), yo = (int64_t)(next() % PAD);
+            for (int r = 0; r < 2; r++) {
+                for (int64_t k = 0; k < MAXH + PAD; k++)
+                    in[r][k] = rope_bits_f32((uint32_t)next());
+                memset(out[r], 0xA5, sizeof out[r]);
+            }
+            f(in[0] + xo, in[1] + xo, half, out[0] + yo, out[1] + yo);
+            int ok = 1;
+            for (int r = 0; r < 2; r++)
+                for (int64_t k = 0; k < 2 * MAXH + 2 * PAD; k++) {
+                    const int64_t e = k - yo;
+                    uint32_t want = 0xA5A5A5A5u, got;
+                    if (e >= 0 && e < 2 * half)
+                        memcpy(&want, &in[r][xo + e / 2], 4);
+                    memcpy(&got, &out[r][k], 4);
+                    ok &= got == want;
+                }
+            C[i].stage_cases++;
+            if (!ok && C[i].fails++ < 20)
+                printf("MISMATCH %s: duplicate_row half=%lld\n", C[i].name, (long long)half);
+        }
+    }
+}
+
 /* Every contender's own norm_rot kernels against the scalar composition
- * they replace (normalise, the split-half rotation of the row as one head,
- * narrow_float; scalar/stage.c and scalar/rotate.c): head_dim 16 up to
+ * they replace (normalise, the rotation of the row as one head in either
+ * layout, narrow_float; scalar/stage.c and scalar/rotate.c), interleaved
+ * given the row as the caller builds it (the contender's duplicate_row):
+ * head_dim 16 up to
  * ROPE_MAX_STAGE_DIM, weights or none, both directions, in place or not,
  * x and out at element offsets within 64 bytes, the stage kernels' inputs
  * and inv values. Only the float arithmetic types may have one. */
@@ -719,6 +761,7 @@ static void check_norm_rot(void)
     const rope_kernels *s = rope_isa_kernels(0);
     static const int64_t dims[] = {16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256, 384, 512, ROPE_MAX_STAGE_DIM};
     static float row[ROPE_MAX_STAGE_DIM], cs[ROPE_MAX_STAGE_DIM / 2], sn[ROPE_MAX_STAGE_DIM / 2];
+    static float dcs[ROPE_MAX_STAGE_DIM], dsn[ROPE_MAX_STAGE_DIM];
     static unsigned char ref[8 * ROPE_MAX_STAGE_DIM], blank[8 * ROPE_MAX_STAGE_DIM];
     memset(blank, 0xA5, sizeof blank);
     stage_pools();
@@ -726,19 +769,20 @@ static void check_norm_rot(void)
         if (!C[i].kernels)
             continue;
         for (int dtype = 0; dtype < ROPE_N_DTYPES; dtype++)
-            for (int otype = 0; otype < ROPE_N_DTYPES; otype++) {
-                const rope_norm_rot_fn f = C[i].kernels->norm_rot[dtype][otype];
+            for (int otype = 0; otype < ROPE_N_DTYPES; otype++)
+            for (int layout = 0; layout < 2; layout++) {
+                const rope_norm_rot_fn f = C[i].kernels->norm_rot[dtype][otype][layout];
                 if (!f)
                     continue;
-                if (ROPE_WIDE_ROWS[dtype] || ROPE_WIDE_ROWS[otype] || s->norm_rot[dtype][otype]) {
+                if (ROPE_WIDE_ROWS[dtype] || ROPE_WIDE_ROWS[otype] || s->norm_rot[dtype][otype][layout]) {
                     if (C[i].fails++ < 20)
-                        printf("MISMATCH %s: norm_rot %s to %s is set: only non-scalar entries of the float "
-                               "types may have one\n", C[i].name, NAMES[dtype], NAMES[otype]);
+                        printf("MISMATCH %s: norm_rot %s to %s (%s) is set: only non-scalar entries of the "
+                               "float types may have one\n", C[i].name, NAMES[dtype], NAMES[otype], LAYOUTS[layout]);
                     continue;
                 }
                 int seen = 0;
                 for (int j = 0; j < i; j++)
-                    seen |= C[j].kernels && C[j].kernels->norm_rot[dtype][otype] == f;
+                    seen |= C[j].kernels && C[j].kernels->norm_rot[dtype][otype][layout] == f;
                 if (seen)
                     continue;
                 const int64_t es = rope_dtype_size(dtype), os = rope_dtype_size(otype);
@@ -758,7 +802,7 @@ static void check_norm_rot(void)
                             sn[k] = table_entry(1, a);
                         }
                         s->normalise[dtype](src, n, inv, w, row);
-                        s->rot[ROPE_F32][ROPE_SPLIT_HALF](row, row, 0, 0, 1, cs, sn, half, inverse);
+                        s->rot[ROPE_F32][layout](row, row, 0, 0, 1, cs, sn, half, inverse);
                         s->narrow_float[otype](row, n, ref);
                         /* where the rotated row holds a NaN, the two may hold different NaNs
                          * (as every rotation kernel may), and narrowing them may then
@@ -770,12 +814,17 @@ static void check_norm_rot(void)
                         lay(0, xo, src, n * es);
                         lay(1, yo, blank, n * os);
                         unsigned char *x = work[0] + GUARD + xo, *y = in_place ? x : work[1] + GUARD + yo;
-                        f(x, n, inv, w, cs, sn, inverse, y);
+                        if (layout == ROPE_INTERLEAVED) { /* the row as the caller builds it */
+                            C[i].kernels->duplicate_row(cs, sn, half, dcs, dsn);
+                            f(x, n, inv, w, dcs, dsn, inverse, y);
+                        } else {
+                            f(x, n, inv, w, cs, sn, inverse, y);
+                        }
                         if ((!guards_ok(0, xo, n * es) || !guards_ok(1, yo, n * os) ||
                              (!in_place && memcmp(x, src, (size_t)(n * es)) != 0)) &&
                             n_guard_fail++ < 20)
-                            printf("GUARD BYTES OR INPUT WRITTEN by the %s norm_rot kernel: %s to %s n=%lld\n",
-                                   C[i].name, NAMES[dtype], NAMES[otype], (long long)n);
+                            printf("GUARD BYTES OR INPUT WRITTEN by the %s norm_rot kernel: %s to %s (%s) n=%lld\n",
+                                   C[i].name, NAMES[dtype], NAMES[otype], LAYOUTS[layout], (long long)n);
                         int nan_only = 0, same = 1;
                         for (int64_t k = 0; k < n; k++) {
                             if (memcmp(y + k * os, ref + k * os, (size_t)os) == 0)
@@ -789,8 +838,9 @@ static void check_norm_rot(void)
                         C[i].nan_only += nan_only;
                         C[i].norm_rot_nan_only += nan_only;
                         if (!same && C[i].fails++ < 20)
-                            printf("MISMATCH %s: norm_rot %s to %s n=%lld%s%s%s (inv %g)\n", C[i].name,
-                                   NAMES[dtype], NAMES[otype], (long long)n, weighted ? " weighted" : " no weights",
+                            printf("MISMATCH %s: norm_rot %s to %s (%s) n=%lld%s%s%s (inv %g)\n", C[i].name,
+                                   NAMES[dtype], NAMES[otype], LAYOUTS[layout], (long long)n,
+                                   weighted ? " weighted" : " no weights",
                                    inverse ? " inverse" : "", in_place ? " in place" : "", inv);
                     }
             }
@@ -1159,6 +1209,7 @@ int main(int argc, char **argv)
     }
     check_passes();
     check_stages();
+    check_duplicate_row();
     check_norm_rot();
     check_quants();
     int failed = n_guard_fail != 0;

@@ -11,8 +11,9 @@
  * without weights (into the row of the arithmetic type), widen, narrow
  * (from the row: float for the float arithmetic types, double for
  * float64); for the float types the norm path of a head with weights as
- * three kernels (normalise, the split-half rotation of the row, narrow)
- * and, where the instruction set has it, in one pass (norm_rot); per
+ * three kernels (normalise, the rotation of the row, narrow) and, where
+ * the instruction set has it, in one pass (norm_rot), split half and
+ * interleaved ("il", norm_rot given the row duplicated); per
  * quantised kind: quantise from and dequantise into a float row. The
  * clock is timing.h's core_hz, taken right before each contender's warm-up
  * (as in kernel_cycles.c); every repetition times each contender in turn,
@@ -28,9 +29,10 @@
 #include "timing.h"
 
 enum { MAX_DIM = 1024, MAX_REPS = 101, MAX_CONTENDERS = 256 };
-enum { SUMSQ, NORM_W, NORM, WIDEN, NARROW, COMPOSED, NORM_ROT, QUANT, DEQUANT, N_KINDS };
+enum { SUMSQ, NORM_W, NORM, WIDEN, NARROW, COMPOSED, NORM_ROT, COMPOSED_IL, NORM_ROT_IL, QUANT, DEQUANT, N_KINDS };
 static const char *const KIND_NAMES[N_KINDS] = {"sumsq", "normalise+w", "normalise", "widen", "narrow",
-                                                "norm+rot+narrow", "norm_rot", "quantise", "dequantise"};
+                                                "norm+rot+narrow", "norm_rot", "norm+rot+narrow il",
+                                                "norm_rot il", "quantise", "dequantise"};
 static const char *const QUANT_NAMES[ROPE_N_QUANTS] = {"", "int8", "float8_e4m3", "q8_0"};
 
 typedef struct {
@@ -67,9 +69,9 @@ static void fill(int64_t n, int dtype)
         g_w[i] = 1.0 + 0.01 * (double)(i % 7);
         rowf[i] = (float)v;
     }
-    for (int64_t i = 0; i < n / 2; i++) {
-        g_cos[i] = (float)cos(0.3 + (double)i / (double)n);
-        g_sin[i] = (float)sin(0.3 + (double)i / (double)n);
+    for (int64_t i = 0; i < n; i++) { /* split half reads the first n / 2 */
+        g_cos[i] = (float)cos(0.3 + (double)(i / 2) / (double)n);
+        g_sin[i] = (float)sin(0.3 + (double)(i / 2) / (double)n);
     }
 }
 
@@ -102,7 +104,15 @@ static void call(const contender *c, int64_t n)
         k->narrow_float[c->type](g_row, n, g_q);
         break;
     case NORM_ROT:
-        k->norm_rot[c->type][c->type](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
+        k->norm_rot[c->type][c->type][ROPE_SPLIT_HALF](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
+        break;
+    case COMPOSED_IL:
+        k->normalise[c->type](g_x, n, 0.9, g_w, g_row);
+        k->rot[ROPE_F32][ROPE_INTERLEAVED](g_row, g_row, 0, 0, 1, g_cos, g_sin, n / 2, 0);
+        k->narrow_float[c->type](g_row, n, g_q);
+        break;
+    case NORM_ROT_IL:
+        k->norm_rot[c->type][c->type][ROPE_INTERLEAVED](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
         break;
     case QUANT:
         k->quantise[c->type]((const float *)g_row, n, g_q, &scale);
@@ -134,8 +144,10 @@ int main(int argc, char **argv)
             const int quant = kind == QUANT || kind == DEQUANT;
             for (int t = quant ? 1 : 0; t < (quant ? ROPE_N_QUANTS : ROPE_N_DTYPES); t++)
                 if (nc < MAX_CONTENDERS &&
-                    !((kind == COMPOSED || kind == NORM_ROT) && ROPE_WIDE_ROWS[t]) &&
-                    !(kind == NORM_ROT && !rope_isa_kernels(isa)->norm_rot[t][t]))
+                    !((kind == COMPOSED || kind == NORM_ROT || kind == COMPOSED_IL || kind == NORM_ROT_IL) &&
+                      ROPE_WIDE_ROWS[t]) &&
+                    !(kind == NORM_ROT && !rope_isa_kernels(isa)->norm_rot[t][t][ROPE_SPLIT_HALF]) &&
+                    !(kind == NORM_ROT_IL && !rope_isa_kernels(isa)->norm_rot[t][t][ROPE_INTERLEAVED]))
                     cs[nc++] = (contender){isa, kind, t, {0}};
         }
     }

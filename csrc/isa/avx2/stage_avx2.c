@@ -15,10 +15,11 @@
  *              to bfloat16 by the integer rounding of convert.h, to float64
  *              exactly; double to float32 by vcvtpd2ps; float32 to float32
  *              and double to float64 a copy;
- *   norm_rot   normalise, the split-half rotation of rotate_avx2.h's
- *              16-pair step and narrow, per 16 pairs in registers, from
- *              and to float32, float16 and bfloat16: the same operations
- *              in the same order as the three kernels in turn.
+ *   norm_rot   normalise, the rotation (split half: rotate_avx2.h's
+ *              16-pair step; interleaved: its pair swap and fmaddsub) and
+ *              narrow, 16 elements at a time in registers, from and to
+ *              float32, float16 and bfloat16: the same operations in the
+ *              same order as the three kernels in turn.
  * Where both operands of an add or a multiply are NaN, IEEE leaves open
  * which one the result carries; x86 takes the first operand's, so the
  * operands come in the order the scalar kernels compile to with gcc (the
@@ -281,12 +282,34 @@ ROPE_AVX2_NORM8(bf16, uint16_t, ld8d_bf16)
         }                                                                            \
     }
 
+/* Interleaved: 8 pairs (16 elements) per step, normalised 8 at a time,
+ * rotated as rotate_avx2.h's interleaved step rotates: the pair swap of
+ * the row (vpermilps), one multiply by the duplicated sines and fmaddsub
+ * (fmsubadd inverse) with the duplicated cosines, which the caller built
+ * once for the token's heads (kernels.h): one shuffle per 8 elements more
+ * than split half, not three. Each step reads its elements before it
+ * writes them: in place is exact. */
+#define NORM_ROT_IL_STEP(NORM8, WEIGHTED, j, FMAS, y)                                \
+    do {                                                                             \
+        const __m256 v = NORM8(x + (j), WEIGHTED ? w + (j) : NULL, vi, WEIGHTED);    \
+        const __m256 s = _mm256_loadu_ps(sin + (j));                                 \
+        y = FMAS(v, _mm256_loadu_ps(cos + (j)), _mm256_mul_ps(_mm256_permute_ps(v, 0xB1), s)); \
+    } while (0)
+#define NORM_ROT_IL_LOOP(NORM8, ST16, WEIGHTED, FMAS)                                \
+    for (int64_t i = 0; i < head_dim; i += 16) {                                     \
+        __m256 ya, yb;                                                               \
+        NORM_ROT_IL_STEP(NORM8, WEIGHTED, i, FMAS, ya);                              \
+        NORM_ROT_IL_STEP(NORM8, WEIGHTED, i + 8, FMAS, yb);                          \
+        ST16(out + i, ya, yb);                                                       \
+    }
+
 /* x of storage type TI (its norm8_<IN>) into out of storage type TO (its
- * ST8, ST16): rope_norm_rot_<IN>_<OUT>_avx2. */
+ * ST8, ST16): rope_norm_rot_sh_<IN>_<OUT>_avx2 (split half) and
+ * rope_norm_rot_il_<IN>_<OUT>_avx2 (interleaved). */
 #define ROPE_AVX2_NORM_ROT(IN, TI, OUT, TO, ST8, ST16)                                \
-    ROPE_AVX2 void rope_norm_rot_##IN##_##OUT##_avx2(const void *xv, int64_t head_dim, double inv, \
-                                                     const double *w, const float *cos, \
-                                                     const float *sin, int inverse, void *outv) \
+    ROPE_AVX2 void rope_norm_rot_sh_##IN##_##OUT##_avx2(const void *xv, int64_t head_dim, double inv, \
+                                                        const double *w, const float *cos, \
+                                                        const float *sin, int inverse, void *outv) \
     {                                                                                \
         const TI *x = (const TI *)xv;                                                \
         TO *out = (TO *)outv;                                                        \
@@ -300,6 +323,22 @@ ROPE_AVX2_NORM8(bf16, uint16_t, ld8d_bf16)
             NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 0, _mm256_fmsub_ps, _mm256_fmadd_ps) \
         else                                                                         \
             NORM_ROT_LOOP(norm8_##IN, ST8, ST16, 0, _mm256_fmadd_ps, _mm256_fmsub_ps) \
+    }                                                                                \
+    ROPE_AVX2 void rope_norm_rot_il_##IN##_##OUT##_avx2(const void *xv, int64_t head_dim, double inv, \
+                                                        const double *w, const float *cos, \
+                                                        const float *sin, int inverse, void *outv) \
+    {                                                                                \
+        const TI *x = (const TI *)xv;                                                \
+        TO *out = (TO *)outv;                                                        \
+        const __m256d vi = _mm256_set1_pd(inv);                                      \
+        if (w && !inverse)                                                           \
+            NORM_ROT_IL_LOOP(norm8_##IN, ST16, 1, _mm256_fmaddsub_ps)                \
+        else if (w)                                                                  \
+            NORM_ROT_IL_LOOP(norm8_##IN, ST16, 1, _mm256_fmsubadd_ps)                \
+        else if (!inverse)                                                           \
+            NORM_ROT_IL_LOOP(norm8_##IN, ST16, 0, _mm256_fmaddsub_ps)                \
+        else                                                                         \
+            NORM_ROT_IL_LOOP(norm8_##IN, ST16, 0, _mm256_fmsubadd_ps)                \
     }
 
 ROPE_AVX2 static inline void st8_f32v(float *p, __m256 v) { _mm256_storeu_ps(p, v); }
@@ -320,6 +359,26 @@ ROPE_AVX2 static inline void st16_bf16v(uint16_t *p, __m256 a, __m256 b)
 {
     _mm256_storeu_si256((__m256i *)p, _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_round(a), bf16_round(b)), 0xD8));
 }
+/* The interleaved kernels' row (kernels.h): 8 entries into 16 by two
+ * vpermps each, the last half mod 8 one at a time. */
+ROPE_AVX2 void rope_duplicate_row_avx2(const float *cos, const float *sin, int64_t half, float *dup_cos,
+                                       float *dup_sin)
+{
+    const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+    int64_t i = 0;
+    for (; i + 8 <= half; i += 8) {
+        const __m256 c = _mm256_loadu_ps(cos + i), s = _mm256_loadu_ps(sin + i);
+        _mm256_storeu_ps(dup_cos + 2 * i, _mm256_permutevar8x32_ps(c, lo));
+        _mm256_storeu_ps(dup_cos + 2 * i + 8, _mm256_permutevar8x32_ps(c, hi));
+        _mm256_storeu_ps(dup_sin + 2 * i, _mm256_permutevar8x32_ps(s, lo));
+        _mm256_storeu_ps(dup_sin + 2 * i + 8, _mm256_permutevar8x32_ps(s, hi));
+    }
+    for (; i < half; i++) {
+        dup_cos[2 * i] = dup_cos[2 * i + 1] = cos[i];
+        dup_sin[2 * i] = dup_sin[2 * i + 1] = sin[i];
+    }
+}
+
 /* every pair of the float arithmetic types */
 #define ROPE_AVX2_NORM_ROT_TO(IN, TI)                                                \
     ROPE_AVX2_NORM_ROT(IN, TI, f32, float, st8_f32v, st16_f32v)                      \
