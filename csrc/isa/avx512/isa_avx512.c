@@ -9,8 +9,9 @@
  * where its base is, and replaces what it does better. The kernels live
  * beside it, in rotate_avx512_*.c, stage_avx512.c and quant_avx512.c; this
  * file detects the CPU, names the kernels each entry replaces ("avx512":
- * the rotations but float16's, most stage kernels, the quantisers of every
- * kind and the pass; "avx512bf16": bfloat16's rotations and narrowing) and
+ * the rotations but float16's, most stage kernels, the one-pass norm
+ * paths, the quantisers of every kind and the pass; "avx512bf16":
+ * bfloat16's rotations and narrowing) and
  * holds the yardstick's 512-bit pass.
  * AVX512-FP16 adds half-precision arithmetic, which rounds differently from
  * the specification (float32 arithmetic, one rounding on store), and
@@ -62,6 +63,20 @@ void rope_narrow_float_bf16_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_f64_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_double_f32_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_bf16_avx512bf16(const void *in, int64_t n, void *out);
+/* The one-pass norm path (stage_avx512.c), from and to each of the float
+ * arithmetic types, both layouts: X(x's code, x's suffix, out's code, out's suffix). */
+#define ROPE_AVX512_NORM_ROTS(X)                                               \
+    X(ROPE_F32, f32, ROPE_F32, f32) X(ROPE_F32, f32, ROPE_F16, f16) X(ROPE_F32, f32, ROPE_BF16, bf16) \
+    X(ROPE_F16, f16, ROPE_F32, f32) X(ROPE_F16, f16, ROPE_F16, f16) X(ROPE_F16, f16, ROPE_BF16, bf16) \
+    X(ROPE_BF16, bf16, ROPE_F32, f32) X(ROPE_BF16, bf16, ROPE_F16, f16) X(ROPE_BF16, bf16, ROPE_BF16, bf16)
+#define ROPE_DECLARE_AVX512_NORM_ROT_(cin, in, cout, out)                      \
+    void rope_norm_rot_sh_##in##_##out##_avx512(const void *x, int64_t head_dim, double inv, \
+                                                const double *w, const float *cos, \
+                                                const float *sin, int inverse, void *out_); \
+    void rope_norm_rot_il_##in##_##out##_avx512(const void *x, int64_t head_dim, double inv, \
+                                                const double *w, const float *cos, \
+                                                const float *sin, int inverse, void *out_);
+ROPE_AVX512_NORM_ROTS(ROPE_DECLARE_AVX512_NORM_ROT_)
 /* The quantisers (quant_avx512.c), one pair per ROPE_QUANT_* kind. */
 #define ROPE_AVX512_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
 #define ROPE_DECLARE_AVX512_QUANT_(code, kind)                                 \
@@ -126,6 +141,9 @@ ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
 #define ROPE_AVX512_STAGE_ROW_(code, sfx)                                      \
     k->sumsq[code] = rope_sumsq_##sfx##_avx512;                                \
     k->normalise[code] = rope_normalise_##sfx##_avx512;
+#define ROPE_AVX512_NORM_ROT_(cin, in, cout, out)                              \
+    k->norm_rot[cin][cout][ROPE_SPLIT_HALF] = rope_norm_rot_sh_##in##_##out##_avx512; \
+    k->norm_rot[cin][cout][ROPE_INTERLEAVED] = rope_norm_rot_il_##in##_##out##_avx512;
 #define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
 #define ROPE_AVX512_QUANT_(code, kind)                                         \
     k->quantise[code] = rope_quantise_##kind##_avx512;                         \
@@ -142,6 +160,7 @@ static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
     k->narrow_float[ROPE_F64] = rope_narrow_float_f64_avx512;
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx512;
     ROPE_AVX512_QUANTS(ROPE_AVX512_QUANT_)
+    ROPE_AVX512_NORM_ROTS(ROPE_AVX512_NORM_ROT_)
     k->pass = pass_avx512;
 }
 

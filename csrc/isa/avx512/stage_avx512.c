@@ -14,7 +14,11 @@
  *   narrow     float32 to float16 through F16C, to bfloat16 by the integer
  *              rounding of convert.h ("avx512") or vcvtne2ps2bf16 with a
  *              fix-up ("avx512bf16", below), to float64 exactly; double to
- *              float32 by vcvtpd2ps.
+ *              float32 by vcvtpd2ps;
+ *   norm_rot   the norm, the rotation in either layout and the narrowing,
+ *              16 elements per vector in registers, from and to float32,
+ *              float16 and bfloat16 (integer bfloat16 rounding), the same
+ *              operations as the three kernels in turn.
  * The last elements of every kernel are masked loads and stores: a disabled
  * lane is neither read nor written. Where both operands of an add or a
  * multiply are NaN, x86 gives the first one's: the operands come in the
@@ -228,6 +232,131 @@ ROPE_AVX512 void rope_normalise_f64_avx512(const void *xv, int64_t n, double inv
         _mm512_mask_storeu_pd(out + n8, m, MUL_XS_DOUBLE(_mm512_maskz_loadu_pd(m, x + n8), s));
     }
 }
+
+/* ---- normalise, rotate and narrow a head in one pass ------------------------------ */
+
+/* 16 elements of x normalised to float as rope_normalise does (x * (inv *
+ * w) or x * inv in double, rounded once), lanes m (0xFFFF: all; a lane
+ * outside m is not read); weighted is a constant where it is inlined. */
+#define ROPE_AVX512_NORM16(sfx, T)                                                   \
+    ROPE_AVX512 static inline __attribute__((always_inline)) __m512 norm16_##sfx(    \
+        const T *x, const double *w, __m512d vi, int weighted, __mmask16 m)          \
+    {                                                                                \
+        const __mmask8 ma = (__mmask8)m, mb = (__mmask8)(m >> 8);                    \
+        const int all = m == 0xFFFF;                                                 \
+        const __m512d a = all ? ld8d_##sfx(x) : ld8dm_##sfx(x, ma);                  \
+        const __m512d b = all ? ld8d_##sfx(x + 8) : ld8dm_##sfx(x + 8, mb);          \
+        __m512d sa = vi, sb = vi;                                                    \
+        if (weighted) {                                                              \
+            sa = mul_in_order(vi, all ? _mm512_loadu_pd(w) : _mm512_maskz_loadu_pd(ma, w)); \
+            sb = mul_in_order(vi, all ? _mm512_loadu_pd(w + 8) : _mm512_maskz_loadu_pd(mb, w + 8)); \
+        }                                                                            \
+        return join_float(MUL_XS_FLOAT(a, sa), MUL_XS_FLOAT(b, sb));                 \
+    }
+ROPE_AVX512_NORM16(f32, float)
+ROPE_AVX512_NORM16(f16, uint16_t)
+ROPE_AVX512_NORM16(bf16, uint16_t)
+
+/* 16 results stored in the output's type, lanes m. */
+ROPE_AVX512 static inline void st16r_f32(float *p, __m512 v, __mmask16 m)
+{
+    if (m == 0xFFFF)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, m, v);
+}
+ROPE_AVX512 static inline void st16r_f16(uint16_t *p, __m512 v, __mmask16 m)
+{
+    if (m == 0xFFFF)
+        st16_f16(p, v);
+    else
+        st16m_f16(p, m, v);
+}
+ROPE_AVX512 static inline void st16r_bf16(uint16_t *p, __m512 v, __mmask16 m)
+{
+    const __m256i h = bf16_narrow16_int(v, m);
+    if (m == 0xFFFF)
+        _mm256_storeu_si256((__m256i *)p, h);
+    else
+        _mm256_mask_storeu_epi16(p, m, h);
+}
+
+/* Split half: pairs i .. i+15 and i+half .. i+half+15 per step (lanes m),
+ * both normalised, rotated as the split-half kernels rotate (FM0/FM1 by
+ * direction: see rotate_avx2.h's SPLIT_STEP16), stored. Interleaved: 16
+ * elements per step, rotated as the interleaved kernels rotate (the pair
+ * swap, fmaddsub or fmsubadd) against the row duplicated by the caller
+ * (kernels.h). Every step reads its elements before it writes them and no
+ * other step touches them: in place is exact. No offset of a NULL w is
+ * formed. */
+#define NORM_ROT_SH_STEP(NORM16, ST16, WEIGHTED, FM0, FM1, m)                        \
+    do {                                                                             \
+        const __m512 x0 = NORM16(x + i, WEIGHTED ? w + i : NULL, vi, WEIGHTED, m);    \
+        const __m512 x1 = NORM16(x + i + half, WEIGHTED ? w + i + half : NULL, vi, WEIGHTED, m); \
+        const __m512 c = _mm512_maskz_loadu_ps(m, cos + i), s = _mm512_maskz_loadu_ps(m, sin + i); \
+        ST16(out + i, FM0(x0, c, _mm512_mul_ps(x1, s)), m);                          \
+        ST16(out + i + half, FM1(x1, c, _mm512_mul_ps(x0, s)), m);                   \
+    } while (0)
+#define NORM_ROT_SH_LOOP(NORM16, ST16, WEIGHTED, FM0, FM1)                           \
+    {                                                                                \
+        int64_t i = 0;                                                               \
+        for (; i + 16 <= half; i += 16)                                              \
+            NORM_ROT_SH_STEP(NORM16, ST16, WEIGHTED, FM0, FM1, (__mmask16)0xFFFF);   \
+        if (i < half) {                                                              \
+            const __mmask16 m = rope_avx512_lanes16(half - i);                       \
+            NORM_ROT_SH_STEP(NORM16, ST16, WEIGHTED, FM0, FM1, m);                   \
+        }                                                                            \
+    }
+#define NORM_ROT_IL_LOOP(NORM16, ST16, WEIGHTED, FMAS)                               \
+    for (int64_t i = 0; i < head_dim; i += 16) {                                     \
+        const __m512 v = NORM16(x + i, WEIGHTED ? w + i : NULL, vi, WEIGHTED, (__mmask16)0xFFFF); \
+        const __m512 p = _mm512_mul_ps(_mm512_permute_ps(v, 0xB1), _mm512_loadu_ps(sin + i)); \
+        ST16(out + i, FMAS(v, _mm512_loadu_ps(cos + i), p), (__mmask16)0xFFFF);      \
+    }
+
+/* x of storage type TI into out of storage type TO:
+ * rope_norm_rot_{sh,il}_<IN>_<OUT>_avx512. */
+#define ROPE_AVX512_NORM_ROT(IN, TI, OUT, TO)                                        \
+    ROPE_AVX512 void rope_norm_rot_sh_##IN##_##OUT##_avx512(const void *xv, int64_t head_dim, double inv, \
+                                                            const double *w, const float *cos, \
+                                                            const float *sin, int inverse, void *outv) \
+    {                                                                                \
+        const TI *x = (const TI *)xv;                                                \
+        TO *out = (TO *)outv;                                                        \
+        const int64_t half = head_dim / 2;                                           \
+        const __m512d vi = _mm512_set1_pd(inv);                                      \
+        if (w && !inverse)                                                           \
+            NORM_ROT_SH_LOOP(norm16_##IN, st16r_##OUT, 1, _mm512_fmsub_ps, _mm512_fmadd_ps) \
+        else if (w)                                                                  \
+            NORM_ROT_SH_LOOP(norm16_##IN, st16r_##OUT, 1, _mm512_fmadd_ps, _mm512_fmsub_ps) \
+        else if (!inverse)                                                           \
+            NORM_ROT_SH_LOOP(norm16_##IN, st16r_##OUT, 0, _mm512_fmsub_ps, _mm512_fmadd_ps) \
+        else                                                                         \
+            NORM_ROT_SH_LOOP(norm16_##IN, st16r_##OUT, 0, _mm512_fmadd_ps, _mm512_fmsub_ps) \
+    }                                                                                \
+    ROPE_AVX512 void rope_norm_rot_il_##IN##_##OUT##_avx512(const void *xv, int64_t head_dim, double inv, \
+                                                            const double *w, const float *cos, \
+                                                            const float *sin, int inverse, void *outv) \
+    {                                                                                \
+        const TI *x = (const TI *)xv;                                                \
+        TO *out = (TO *)outv;                                                        \
+        const __m512d vi = _mm512_set1_pd(inv);                                      \
+        if (w && !inverse)                                                           \
+            NORM_ROT_IL_LOOP(norm16_##IN, st16r_##OUT, 1, _mm512_fmaddsub_ps)        \
+        else if (w)                                                                  \
+            NORM_ROT_IL_LOOP(norm16_##IN, st16r_##OUT, 1, _mm512_fmsubadd_ps)        \
+        else if (!inverse)                                                           \
+            NORM_ROT_IL_LOOP(norm16_##IN, st16r_##OUT, 0, _mm512_fmaddsub_ps)        \
+        else                                                                         \
+            NORM_ROT_IL_LOOP(norm16_##IN, st16r_##OUT, 0, _mm512_fmsubadd_ps)        \
+    }
+#define ROPE_AVX512_NORM_ROT_TO(IN, TI)                                              \
+    ROPE_AVX512_NORM_ROT(IN, TI, f32, float)                                         \
+    ROPE_AVX512_NORM_ROT(IN, TI, f16, uint16_t)                                      \
+    ROPE_AVX512_NORM_ROT(IN, TI, bf16, uint16_t)
+ROPE_AVX512_NORM_ROT_TO(f32, float)
+ROPE_AVX512_NORM_ROT_TO(f16, uint16_t)
+ROPE_AVX512_NORM_ROT_TO(bf16, uint16_t)
 
 /* ---- conversions ----------------------------------------------------------------- */
 
