@@ -31,7 +31,7 @@
     __builtin_prefetch((const void *)((uintptr_t)(p) +                         \
                                       (uintptr_t)((ahead) * (int64_t)sizeof *(p))), 0, 3)
 
-/* How far on the AVX2 kernels prefetch, in elements: the heads within
+/* How far on the AVX2 kernels (and the AVX-512 bfloat16 ones) prefetch, in elements: the heads within
  * ROPE_PREFETCH_BYTES of the current one (at least one head), x_sh
  * elements of esize bytes apart. A fixed count of heads was too short for
  * the 16-bit types: 4 heads of 128 are 1 KiB of float16, read in about 30
