@@ -79,6 +79,18 @@ ROPE_AVX2 static inline void bf16_narrow_eo(uint16_t *p, __m256 even, __m256 odd
         if (n16 < n)                                                                 \
             split_part_bf16(x, y, 0, 0, 1, cos, sin, half, inverse, i0 + n16, i0 + n); \
     }
+/* The same where the head is one chunk of whole steps and HALF is known at
+ * compile time (head_dim 64 and 128): the compiler unrolls a head's steps
+ * and the per-head bookkeeping goes, as SPLIT_HEADS_FIXED does. */
+#define BF16_SPLIT_HEADS_FIXED(FM0, FM1, HALF)                                       \
+    for (int64_t h = 0; h < n_heads; h++) {                                          \
+        const uint16_t *x = (const uint16_t *)xv + h * x_sh;                         \
+        uint16_t *y = (uint16_t *)yv + h * y_sh;                                     \
+        const int64_t i0 = 0, half = HALF;                                           \
+        _Pragma("GCC unroll 8")                                                      \
+        for (int64_t i = 0; i < HALF; i += 16)                                       \
+            BF16_SPLIT_STEP(FM0, FM1);                                               \
+    }
 
 ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int64_t y_sh,
                                      int64_t n_heads, const void *cosv, const void *sinv,
@@ -101,9 +113,17 @@ ROPE_AVX2 void rope_rot_sh_bf16_avx2(const void *xv, void *yv, int64_t x_sh, int
             _mm256_storeu_ps(sp + i + 8, BF16_EVEN_ODD(slo, shi, 0xDD));
 #undef BF16_EVEN_ODD
         }
-        if (!inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+        if (half == 64 && !inverse) /* y0 = x0*c - x1*s, y1 = x1*c + x0*s */
+            BF16_SPLIT_HEADS_FIXED(_mm256_fmsub_ps, _mm256_fmadd_ps, 64)
+        else if (half == 64)        /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+            BF16_SPLIT_HEADS_FIXED(_mm256_fmadd_ps, _mm256_fmsub_ps, 64)
+        else if (half == 32 && !inverse)
+            BF16_SPLIT_HEADS_FIXED(_mm256_fmsub_ps, _mm256_fmadd_ps, 32)
+        else if (half == 32)
+            BF16_SPLIT_HEADS_FIXED(_mm256_fmadd_ps, _mm256_fmsub_ps, 32)
+        else if (!inverse)
             BF16_SPLIT_HEADS(_mm256_fmsub_ps, _mm256_fmadd_ps)
-        else          /* y0 = x0*c + x1*s, y1 = x1*c - x0*s (see SPLIT_STEP16) */
+        else
             BF16_SPLIT_HEADS(_mm256_fmadd_ps, _mm256_fmsub_ps)
     }
 }
