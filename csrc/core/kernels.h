@@ -104,8 +104,26 @@ typedef void (*rope_convert_fn)(const void *in, int64_t n, void *out);
  * the caller builds once for all the heads of a token. x and out may be
  * the same array (same types); head_dim is a multiple of 16. NULL where an
  * instruction set has none (the caller composes the three). */
-typedef void (*rope_norm_rot_fn)(const void *x, int64_t head_dim, double inv, const double *w,
-                                 const float *cos, const float *sin, int inverse, void *out);
+#define ROPE_NORM_ROT_PARAMS                                                   \
+    const void *x, int64_t head_dim, double inv, const double *w, const float *cos, const float *sin, \
+        int inverse, void *out
+typedef void (*rope_norm_rot_fn)(ROPE_NORM_ROT_PARAMS);
+/* The (x, out) storage-type pairs of a set of norm_rot kernels, the float
+ * arithmetic types: X(x's code, x's suffix, out's code, out's suffix); and
+ * the declarations of an instruction set's two kernels of one pair,
+ * rope_norm_rot_{sh,il}_<in>_<out>_<isa> (split half, interleaved). */
+#define ROPE_NORM_ROT_PAIRS(X)                                                 \
+    X(ROPE_F32, f32, ROPE_F32, f32) X(ROPE_F32, f32, ROPE_F16, f16) X(ROPE_F32, f32, ROPE_BF16, bf16) \
+    X(ROPE_F16, f16, ROPE_F32, f32) X(ROPE_F16, f16, ROPE_F16, f16) X(ROPE_F16, f16, ROPE_BF16, bf16) \
+    X(ROPE_BF16, bf16, ROPE_F32, f32) X(ROPE_BF16, bf16, ROPE_F16, f16) X(ROPE_BF16, bf16, ROPE_BF16, bf16)
+#define ROPE_DECLARE_NORM_ROT(in, out, isa)                                    \
+    void rope_norm_rot_sh_##in##_##out##_##isa(ROPE_NORM_ROT_PARAMS);         \
+    void rope_norm_rot_il_##in##_##out##_##isa(ROPE_NORM_ROT_PARAMS);
+/* Its two slots of kernel table k set to them. */
+#define ROPE_SET_NORM_ROT(k, cin, in, cout, out, isa)                          \
+    (k)->norm_rot[cin][cout][ROPE_SPLIT_HALF] = rope_norm_rot_sh_##in##_##out##_##isa; \
+    (k)->norm_rot[cin][cout][ROPE_INTERLEAVED] = rope_norm_rot_il_##in##_##out##_##isa;
+
 /* A token's float row as the interleaved norm_rot takes it: cos[0..half)
  * and sin[0..half), every entry twice, into dup_cos[0..2 half) and
  * dup_sin (bits kept). */

@@ -98,21 +98,18 @@ static void call(const contender *c, int64_t n)
     case NARROW:
         (ROPE_WIDE_ROWS[c->type] ? k->narrow_double : k->narrow_float)[c->type](g_row, n, g_x);
         break;
-    case COMPOSED: /* what stage_token did per head before norm_rot, with weights */
+    case COMPOSED: /* what stage_token does per head without norm_rot, with weights */
+    case COMPOSED_IL: {
+        const int layout = c->kind == COMPOSED ? ROPE_SPLIT_HALF : ROPE_INTERLEAVED;
         k->normalise[c->type](g_x, n, 0.9, g_w, g_row);
-        k->rot[ROPE_F32][ROPE_SPLIT_HALF](g_row, g_row, 0, 0, 1, g_cos, g_sin, n / 2, 0);
+        k->rot[ROPE_F32][layout](g_row, g_row, 0, 0, 1, g_cos, g_sin, n / 2, 0);
         k->narrow_float[c->type](g_row, n, g_q);
         break;
+    }
     case NORM_ROT:
-        k->norm_rot[c->type][c->type][ROPE_SPLIT_HALF](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
-        break;
-    case COMPOSED_IL:
-        k->normalise[c->type](g_x, n, 0.9, g_w, g_row);
-        k->rot[ROPE_F32][ROPE_INTERLEAVED](g_row, g_row, 0, 0, 1, g_cos, g_sin, n / 2, 0);
-        k->narrow_float[c->type](g_row, n, g_q);
-        break;
     case NORM_ROT_IL:
-        k->norm_rot[c->type][c->type][ROPE_INTERLEAVED](g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
+        k->norm_rot[c->type][c->type][c->kind == NORM_ROT ? ROPE_SPLIT_HALF : ROPE_INTERLEAVED](
+            g_x, n, 0.9, g_w, g_cos, g_sin, 0, g_q);
         break;
     case QUANT:
         k->quantise[c->type]((const float *)g_row, n, g_q, &scale);

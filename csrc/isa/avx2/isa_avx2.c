@@ -30,20 +30,9 @@ void rope_table_f32_avx2(ROPE_TABLE_PARAMS);
 ROPE_AVX2_TYPES(ROPE_DECLARE_AVX2_STAGE_)
 void rope_narrow_double_f32_avx2(const void *in, int64_t n, void *out);
 void rope_narrow_double_f64_avx2(const void *in, int64_t n, void *out);
-/* The one-pass norm path (stage_avx2.c), from and to each of the float
- * arithmetic types: X(x's code, x's suffix, out's code, out's suffix). */
-#define ROPE_AVX2_NORM_ROTS(X)                                                 \
-    X(ROPE_F32, f32, ROPE_F32, f32) X(ROPE_F32, f32, ROPE_F16, f16) X(ROPE_F32, f32, ROPE_BF16, bf16) \
-    X(ROPE_F16, f16, ROPE_F32, f32) X(ROPE_F16, f16, ROPE_F16, f16) X(ROPE_F16, f16, ROPE_BF16, bf16) \
-    X(ROPE_BF16, bf16, ROPE_F32, f32) X(ROPE_BF16, bf16, ROPE_F16, f16) X(ROPE_BF16, bf16, ROPE_BF16, bf16)
-#define ROPE_DECLARE_AVX2_NORM_ROT_(cin, in, cout, out)                        \
-    void rope_norm_rot_sh_##in##_##out##_avx2(const void *x, int64_t head_dim, double inv, \
-                                              const double *w, const float *cos, \
-                                              const float *sin, int inverse, void *out_); \
-    void rope_norm_rot_il_##in##_##out##_avx2(const void *x, int64_t head_dim, double inv, \
-                                              const double *w, const float *cos, \
-                                              const float *sin, int inverse, void *out_);
-ROPE_AVX2_NORM_ROTS(ROPE_DECLARE_AVX2_NORM_ROT_)
+/* The one-pass norm path (stage_avx2.c), every pair, both layouts. */
+#define ROPE_DECLARE_AVX2_NORM_ROT_(cin, in, cout, out) ROPE_DECLARE_NORM_ROT(in, out, avx2)
+ROPE_NORM_ROT_PAIRS(ROPE_DECLARE_AVX2_NORM_ROT_)
 void rope_duplicate_row_avx2(const float *cos, const float *sin, int64_t half, float *dup_cos, float *dup_sin);
 /* The quantisers (quant_avx2.c), one pair per ROPE_QUANT_* kind. */
 #define ROPE_AVX2_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
@@ -98,9 +87,7 @@ __attribute__((target("avx2"))) static void pass_avx2(unsigned char *p, int64_t 
     k->normalise[code] = rope_normalise_##sfx##_avx2;                          \
     k->widen[code] = rope_widen_##sfx##_avx2;                                  \
     k->narrow_float[code] = rope_narrow_float_##sfx##_avx2;
-#define ROPE_AVX2_NORM_ROT_(cin, in, cout, out)                                \
-    k->norm_rot[cin][cout][ROPE_SPLIT_HALF] = rope_norm_rot_sh_##in##_##out##_avx2; \
-    k->norm_rot[cin][cout][ROPE_INTERLEAVED] = rope_norm_rot_il_##in##_##out##_avx2;
+#define ROPE_AVX2_NORM_ROT_(cin, in, cout, out) ROPE_SET_NORM_ROT(k, cin, in, cout, out, avx2)
 #define ROPE_AVX2_QUANT_(code, kind)                                           \
     k->quantise[code] = rope_quantise_##kind##_avx2;                           \
     k->dequantise[code] = rope_dequantise_##kind##_avx2;
@@ -109,7 +96,7 @@ static void avx2_override(rope_kernels *k)
 {
     ROPE_AVX2_TYPES(ROPE_AVX2_ROW_)
     ROPE_AVX2_QUANTS(ROPE_AVX2_QUANT_)
-    ROPE_AVX2_NORM_ROTS(ROPE_AVX2_NORM_ROT_)
+    ROPE_NORM_ROT_PAIRS(ROPE_AVX2_NORM_ROT_)
     k->duplicate_row = rope_duplicate_row_avx2;
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx2;
     k->narrow_double[ROPE_F64] = rope_narrow_double_f64_avx2;

@@ -63,20 +63,9 @@ void rope_narrow_float_bf16_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_f64_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_double_f32_avx512(const void *in, int64_t n, void *out);
 void rope_narrow_float_bf16_avx512bf16(const void *in, int64_t n, void *out);
-/* The one-pass norm path (stage_avx512.c), from and to each of the float
- * arithmetic types, both layouts: X(x's code, x's suffix, out's code, out's suffix). */
-#define ROPE_AVX512_NORM_ROTS(X)                                               \
-    X(ROPE_F32, f32, ROPE_F32, f32) X(ROPE_F32, f32, ROPE_F16, f16) X(ROPE_F32, f32, ROPE_BF16, bf16) \
-    X(ROPE_F16, f16, ROPE_F32, f32) X(ROPE_F16, f16, ROPE_F16, f16) X(ROPE_F16, f16, ROPE_BF16, bf16) \
-    X(ROPE_BF16, bf16, ROPE_F32, f32) X(ROPE_BF16, bf16, ROPE_F16, f16) X(ROPE_BF16, bf16, ROPE_BF16, bf16)
-#define ROPE_DECLARE_AVX512_NORM_ROT_(cin, in, cout, out)                      \
-    void rope_norm_rot_sh_##in##_##out##_avx512(const void *x, int64_t head_dim, double inv, \
-                                                const double *w, const float *cos, \
-                                                const float *sin, int inverse, void *out_); \
-    void rope_norm_rot_il_##in##_##out##_avx512(const void *x, int64_t head_dim, double inv, \
-                                                const double *w, const float *cos, \
-                                                const float *sin, int inverse, void *out_);
-ROPE_AVX512_NORM_ROTS(ROPE_DECLARE_AVX512_NORM_ROT_)
+/* The one-pass norm path (stage_avx512.c), every pair, both layouts. */
+#define ROPE_DECLARE_AVX512_NORM_ROT_(cin, in, cout, out) ROPE_DECLARE_NORM_ROT(in, out, avx512)
+ROPE_NORM_ROT_PAIRS(ROPE_DECLARE_AVX512_NORM_ROT_)
 /* The quantisers (quant_avx512.c), one pair per ROPE_QUANT_* kind. */
 #define ROPE_AVX512_QUANTS(X) X(ROPE_QUANT_INT8, int8) X(ROPE_QUANT_FP8_E4M3, fp8) X(ROPE_QUANT_Q8_0, q8_0)
 #define ROPE_DECLARE_AVX512_QUANT_(code, kind)                                 \
@@ -141,9 +130,7 @@ ROPE_AVX512 static void pass_avx512(unsigned char *p, int64_t n, uint32_t mask)
 #define ROPE_AVX512_STAGE_ROW_(code, sfx)                                      \
     k->sumsq[code] = rope_sumsq_##sfx##_avx512;                                \
     k->normalise[code] = rope_normalise_##sfx##_avx512;
-#define ROPE_AVX512_NORM_ROT_(cin, in, cout, out)                              \
-    k->norm_rot[cin][cout][ROPE_SPLIT_HALF] = rope_norm_rot_sh_##in##_##out##_avx512; \
-    k->norm_rot[cin][cout][ROPE_INTERLEAVED] = rope_norm_rot_il_##in##_##out##_avx512;
+#define ROPE_AVX512_NORM_ROT_(cin, in, cout, out) ROPE_SET_NORM_ROT(k, cin, in, cout, out, avx512)
 #define ROPE_AVX512BF16_ROW_(code, sfx) ROPE_ROW_(code, sfx, avx512bf16)
 #define ROPE_AVX512_QUANT_(code, kind)                                         \
     k->quantise[code] = rope_quantise_##kind##_avx512;                         \
@@ -160,7 +147,7 @@ static void avx512_override(rope_kernels *k) /* on "avx2"'s kernels */
     k->narrow_float[ROPE_F64] = rope_narrow_float_f64_avx512;
     k->narrow_double[ROPE_F32] = rope_narrow_double_f32_avx512;
     ROPE_AVX512_QUANTS(ROPE_AVX512_QUANT_)
-    ROPE_AVX512_NORM_ROTS(ROPE_AVX512_NORM_ROT_)
+    ROPE_NORM_ROT_PAIRS(ROPE_AVX512_NORM_ROT_)
     k->pass = pass_avx512;
 }
 
