@@ -752,10 +752,10 @@ static void check_duplicate_row(void)
  * they replace (normalise, the rotation of the row as one head in either
  * layout, narrow_float; scalar/stage.c and scalar/rotate.c), interleaved
  * given the row as the caller builds it (the contender's duplicate_row):
- * head_dim 16 up to
- * ROPE_MAX_STAGE_DIM, weights or none, both directions, in place or not,
- * x and out at element offsets within 64 bytes, the stage kernels' inputs
- * and inv values. Only the float arithmetic types may have one. */
+ * head_dim 16 up to ROPE_MAX_STAGE_DIM, weights or none, both directions,
+ * in place or not, x and out at element offsets within 64 bytes, the stage
+ * kernels' inputs and inv values. Only the float arithmetic types may have
+ * one. */
 static void check_norm_rot(void)
 {
     const rope_kernels *s = rope_isa_kernels(0);
